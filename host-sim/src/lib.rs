@@ -1,0 +1,1 @@
+//! host-sim (being written)

@@ -1,0 +1,1 @@
+//! mail-service (being written)

@@ -1,0 +1,1 @@
+//! panel (being written)

@@ -1,0 +1,1 @@
+//! umami-fake (being written)
