@@ -1,0 +1,365 @@
+//! Writing a signed release and verifying one.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use crate::manifest::{Manifest, ManifestError, is_release_path};
+use crate::signing::{KeyId, PublisherKey, TrustStore};
+
+pub const MANIFEST_FILE: &str = "manifest.toml";
+pub const SIGNATURE_FILE: &str = "manifest.toml.sig";
+
+/// What [`write_release`] produced.
+#[derive(Debug, Clone)]
+pub struct WrittenRelease {
+    pub dir: PathBuf,
+    pub key_id: KeyId,
+    /// Path inside the release → SHA-256 hex.
+    pub files: BTreeMap<String, String>,
+    /// SHA-256 of the signed manifest bytes.
+    pub manifest_digest: String,
+}
+
+/// A release read into memory, not yet trusted.
+#[derive(Debug, Clone)]
+pub struct ReleaseBundle {
+    pub manifest_bytes: Vec<u8>,
+    pub signature: String,
+    /// Every other file of the release, by path inside the release.
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+/// A release whose signature, digests and file list were checked.
+#[derive(Debug, Clone)]
+pub struct VerifiedRelease {
+    pub manifest: Manifest,
+    pub manifest_bytes: Vec<u8>,
+    pub signature: String,
+    pub files: BTreeMap<String, Vec<u8>>,
+    pub key_id: KeyId,
+}
+
+impl VerifiedRelease {
+    pub fn component(&self) -> &[u8] {
+        &self.files[&self.manifest.extension.component]
+    }
+
+    /// SHA-256 of the signed manifest: identifies this release.
+    pub fn digest(&self) -> String {
+        crate::sha256_hex(&self.manifest_bytes)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("cannot read the release at {path}: {reason}")]
+    Read { path: String, reason: String },
+    #[error("the release has no {0}")]
+    Missing(&'static str),
+    #[error("{SIGNATURE_FILE} is not `ed25519 <key id> <base64 signature>`")]
+    SignatureFormat,
+    #[error("the release is signed by key {key_id}, which this host does not trust")]
+    UntrustedKey { key_id: KeyId },
+    #[error(
+        "the signature of {MANIFEST_FILE} does not verify with key {key_id}: the manifest was changed after signing"
+    )]
+    BadSignature { key_id: KeyId },
+    #[error("the signed manifest is invalid: {0}")]
+    Manifest(#[from] ManifestError),
+    #[error("the signed manifest has no [release.files] table")]
+    NoFileList,
+    #[error("the manifest lists `{0}`, which the release does not contain")]
+    MissingFile(String),
+    #[error("`{0}` is in the release but not listed in the signed manifest")]
+    UnlistedFile(String),
+    #[error(
+        "`{path}` does not match its SHA-256 in the signed manifest (expected {expected}, found {found})"
+    )]
+    DigestMismatch {
+        path: String,
+        expected: String,
+        found: String,
+    },
+    #[error("the manifest's {field} `{path}` is not listed in [release.files]")]
+    Unlisted { field: &'static str, path: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("source manifest: {0}")]
+    Manifest(#[from] ManifestError),
+    #[error("the source manifest must not contain a [release] table; the release build writes it")]
+    HasReleaseTable,
+    #[error("`{0}` is not a relative path inside the release")]
+    BadPath(String),
+    #[error("the release does not contain {field} `{path}`")]
+    MissingFile { field: &'static str, path: String },
+    #[error("cannot write {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+fn signature_line(key_id: KeyId, signature: &[u8; 64]) -> String {
+    format!("ed25519 {key_id} {}\n", BASE64.encode(signature))
+}
+
+fn parse_signature(text: &str) -> Option<(KeyId, [u8; 64])> {
+    let mut parts = text.split_whitespace();
+    if parts.next()? != "ed25519" {
+        return None;
+    }
+    let key_id = KeyId::parse(parts.next()?)?;
+    let signature = BASE64.decode(parts.next()?).ok()?.try_into().ok()?;
+    parts.next().is_none().then_some((key_id, signature))
+}
+
+/// The exact manifest bytes a release signs: the source manifest followed by
+/// the generated `[release.files]` table (sorted by path). Deterministic for
+/// the same inputs.
+fn release_manifest_text(source: &str, files: &BTreeMap<String, String>) -> String {
+    let mut text = source.trim_end().to_owned();
+    text.push_str(
+        "\n\n# Written by the release build: the SHA-256 of every file of this release.\n\
+         # The Ed25519 signature in manifest.toml.sig covers these exact bytes.\n\
+         [release.files]\n",
+    );
+    for (path, digest) in files {
+        text.push_str(&format!("{} = \"{digest}\"\n", toml_key(path)));
+    }
+    text
+}
+
+fn toml_key(path: &str) -> String {
+    serde_json::to_string(path).expect("a string always serializes")
+}
+
+/// Writes a signed release into `out_dir` (created; an existing release
+/// there is replaced): `manifest.toml` (the source manifest plus
+/// `[release.files]`), `manifest.toml.sig` and every file of `files`.
+pub fn write_release(
+    source_manifest: &str,
+    files: &BTreeMap<String, Vec<u8>>,
+    key: &PublisherKey,
+    out_dir: &Path,
+) -> Result<WrittenRelease, WriteError> {
+    let manifest = Manifest::from_toml(source_manifest)?;
+    if manifest.release.is_some() {
+        return Err(WriteError::HasReleaseTable);
+    }
+    for path in files.keys() {
+        if !is_release_path(path) || path == MANIFEST_FILE || path == SIGNATURE_FILE {
+            return Err(WriteError::BadPath(path.clone()));
+        }
+    }
+    let required = std::iter::once(("the component", &manifest.extension.component))
+        .chain(manifest.panel.iter().map(|p| ("the panel entry", &p.entry)));
+    for (field, path) in required {
+        if !files.contains_key(path) {
+            return Err(WriteError::MissingFile {
+                field,
+                path: path.clone(),
+            });
+        }
+    }
+    let digests: BTreeMap<String, String> = files
+        .iter()
+        .map(|(path, bytes)| (path.clone(), crate::sha256_hex(bytes)))
+        .collect();
+    let text = release_manifest_text(source_manifest, &digests);
+    // The written manifest must itself be valid (it is what hosts parse).
+    Manifest::from_toml(&text)?;
+    let signature = key.sign(text.as_bytes());
+    let key_id = key.public().key_id();
+
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| WriteError::Io { path, source }
+    };
+    if out_dir.exists() {
+        std::fs::remove_dir_all(out_dir).map_err(io(out_dir))?;
+    }
+    std::fs::create_dir_all(out_dir).map_err(io(out_dir))?;
+    for (path, bytes) in files {
+        let target = out_dir.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&target, bytes).map_err(io(&target))?;
+    }
+    let manifest_path = out_dir.join(MANIFEST_FILE);
+    std::fs::write(&manifest_path, &text).map_err(io(&manifest_path))?;
+    let sig_path = out_dir.join(SIGNATURE_FILE);
+    std::fs::write(&sig_path, signature_line(key_id, &signature)).map_err(io(&sig_path))?;
+    Ok(WrittenRelease {
+        dir: out_dir.to_owned(),
+        key_id,
+        files: digests,
+        manifest_digest: crate::sha256_hex(text.as_bytes()),
+    })
+}
+
+impl ReleaseBundle {
+    /// Reads every file under `dir`. Symbolic links are refused.
+    pub fn read_dir(dir: &Path) -> Result<Self, VerifyError> {
+        let mut files = BTreeMap::new();
+        read_tree(dir, dir, &mut files)?;
+        let manifest_bytes = files
+            .remove(MANIFEST_FILE)
+            .ok_or(VerifyError::Missing(MANIFEST_FILE))?;
+        let signature = files
+            .remove(SIGNATURE_FILE)
+            .ok_or(VerifyError::Missing(SIGNATURE_FILE))?;
+        let signature = String::from_utf8(signature).map_err(|_| VerifyError::SignatureFormat)?;
+        Ok(Self {
+            manifest_bytes,
+            signature,
+            files,
+        })
+    }
+
+    /// Checks, in this order: the signature's format, that its key is
+    /// trusted, the signature over the manifest bytes, the manifest, and then
+    /// that the files are exactly those listed, each with its digest.
+    pub fn verify(self, trust: &TrustStore) -> Result<VerifiedRelease, VerifyError> {
+        let (key_id, signature) =
+            parse_signature(&self.signature).ok_or(VerifyError::SignatureFormat)?;
+        let key = trust
+            .get(&key_id)
+            .ok_or(VerifyError::UntrustedKey { key_id })?;
+        if !key.verify(&self.manifest_bytes, &signature) {
+            return Err(VerifyError::BadSignature { key_id });
+        }
+        let text = std::str::from_utf8(&self.manifest_bytes)
+            .map_err(|_| VerifyError::Manifest(ManifestError::Syntax("not UTF-8".to_owned())))?;
+        let manifest = Manifest::from_toml(text)?;
+        let listed = &manifest
+            .release
+            .as_ref()
+            .ok_or(VerifyError::NoFileList)?
+            .files;
+        for (path, expected) in listed {
+            let bytes = self
+                .files
+                .get(path)
+                .ok_or_else(|| VerifyError::MissingFile(path.clone()))?;
+            let found = crate::sha256_hex(bytes);
+            if &found != expected {
+                return Err(VerifyError::DigestMismatch {
+                    path: path.clone(),
+                    expected: expected.clone(),
+                    found,
+                });
+            }
+        }
+        if let Some(extra) = self.files.keys().find(|p| !listed.contains_key(*p)) {
+            return Err(VerifyError::UnlistedFile(extra.clone()));
+        }
+        let required = std::iter::once(("component", &manifest.extension.component))
+            .chain(manifest.panel.iter().map(|p| ("panel entry", &p.entry)));
+        for (field, path) in required {
+            if !listed.contains_key(path) {
+                return Err(VerifyError::Unlisted {
+                    field,
+                    path: path.clone(),
+                });
+            }
+        }
+        Ok(VerifiedRelease {
+            manifest,
+            manifest_bytes: self.manifest_bytes,
+            signature: self.signature,
+            files: self.files,
+            key_id,
+        })
+    }
+}
+
+fn read_tree(
+    root: &Path,
+    dir: &Path,
+    files: &mut BTreeMap<String, Vec<u8>>,
+) -> Result<(), VerifyError> {
+    let read_err = |path: &Path, reason: String| VerifyError::Read {
+        path: path.display().to_string(),
+        reason,
+    };
+    let entries = std::fs::read_dir(dir).map_err(|e| read_err(dir, e.to_string()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| read_err(dir, e.to_string()))?;
+        let path = entry.path();
+        let kind = entry
+            .file_type()
+            .map_err(|e| read_err(&path, e.to_string()))?;
+        if kind.is_dir() {
+            read_tree(root, &path, files)?;
+        } else if kind.is_file() {
+            let relative = path
+                .strip_prefix(root)
+                .expect("walked below the root")
+                .to_str()
+                .ok_or_else(|| read_err(&path, "the file name is not UTF-8".into()))?
+                .replace(std::path::MAIN_SEPARATOR, "/");
+            let bytes = std::fs::read(&path).map_err(|e| read_err(&path, e.to_string()))?;
+            files.insert(relative, bytes);
+        } else {
+            return Err(read_err(&path, "symbolic links are not allowed".into()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = include_str!("../../../manifest.toml");
+
+    fn sample_files() -> BTreeMap<String, Vec<u8>> {
+        BTreeMap::from([
+            ("plugin.wasm".to_owned(), b"\0asm component bytes".to_vec()),
+            ("panel/index.html".to_owned(), b"<!doctype html>".to_vec()),
+            ("panel/panel.js".to_owned(), b"export default 1".to_vec()),
+        ])
+    }
+
+    #[test]
+    fn a_written_release_verifies_and_is_deterministic() {
+        let key = PublisherKey::generate();
+        let trust = TrustStore::from_keys([key.public()]);
+        let dir = tempfile::tempdir().unwrap();
+        let a = write_release(SOURCE, &sample_files(), &key, &dir.path().join("a")).unwrap();
+        let b = write_release(SOURCE, &sample_files(), &key, &dir.path().join("b")).unwrap();
+        assert_eq!(a.manifest_digest, b.manifest_digest);
+        let verified = ReleaseBundle::read_dir(&a.dir)
+            .unwrap()
+            .verify(&trust)
+            .unwrap();
+        assert_eq!(verified.component(), b"\0asm component bytes");
+        assert_eq!(verified.files.len(), 3);
+        assert_eq!(verified.key_id, key.public().key_id());
+    }
+
+    #[test]
+    fn a_release_without_its_component_is_not_written() {
+        let key = PublisherKey::generate();
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = sample_files();
+        files.remove("plugin.wasm");
+        let err = write_release(SOURCE, &files, &key, dir.path()).unwrap_err();
+        assert!(err.to_string().contains("plugin.wasm"), "{err}");
+    }
+
+    #[test]
+    fn signature_lines_parse_strictly() {
+        let key = PublisherKey::generate();
+        let line = signature_line(key.public().key_id(), &key.sign(b"x"));
+        assert!(parse_signature(&line).is_some());
+        assert!(parse_signature(&format!("{} extra", line.trim())).is_none());
+        assert!(parse_signature("ed25519 zz AAAA").is_none());
+    }
+}
