@@ -1,1 +1,23 @@
-//! plugin (being written)
+//! The managed website analytics extension.
+//!
+//! The logic is a plain Rust library: [`actions::invoke`] runs an action
+//! against a [`host::Host`], the small trait that mirrors the WIT imports of
+//! `platform:extension@0.1.0` (invocation context, the `provider` HTTP
+//! binding, project documents, log). Natively it is unit-tested with
+//! in-memory hosts; on `wasm32` the `component` module adapts the generated
+//! WIT bindings to the trait and exports `invoke`.
+
+pub mod actions;
+pub mod calendar;
+pub mod domain;
+pub mod error;
+pub mod host;
+pub mod provider;
+pub mod website_id;
+
+#[cfg(target_arch = "wasm32")]
+mod component;
+
+pub use actions::invoke;
+pub use error::{ActionError, ErrorCode};
+pub use host::Host;

@@ -1,0 +1,139 @@
+//! The WASI-component adapter: generated WIT bindings mapped onto
+//! [`crate::host::Host`], and the exported `invoke`. No logic lives here.
+
+wit_bindgen::generate!({
+    path: "../wit",
+    world: "managed-extension",
+});
+
+use exports::platform::extension::extension::{ActionError as WitActionError, Guest};
+use platform::extension::{context, documents, http_binding, log};
+
+use crate::host::{
+    BindingError, Document, DocumentError, Host, HttpRequest, HttpResponse, Invocation, LogLevel,
+    Precondition, ProjectSettings,
+};
+
+/// The host as the component sees it through its imports.
+struct WitHost;
+
+fn binding_error(error: http_binding::BindingError) -> BindingError {
+    use http_binding::BindingError as E;
+    match error {
+        E::NotGranted(m) => BindingError::NotGranted(m),
+        E::NotBound(m) => BindingError::NotBound(m),
+        E::CapabilityDenied(m) => BindingError::CapabilityDenied(m),
+        E::InvalidRequest(m) => BindingError::InvalidRequest(m),
+        E::Timeout(m) => BindingError::Timeout(m),
+        E::Unavailable(m) => BindingError::Unavailable(m),
+        E::ResponseTooLarge(m) => BindingError::ResponseTooLarge(m),
+        E::LimitExceeded(m) => BindingError::LimitExceeded(m),
+    }
+}
+
+fn document_error(error: documents::DocumentError) -> DocumentError {
+    use documents::DocumentError as E;
+    match error {
+        E::Conflict(revision) => DocumentError::Conflict(revision),
+        E::Invalid(m) => DocumentError::Invalid(m),
+        E::Denied(m) => DocumentError::Denied(m),
+        E::LimitExceeded(m) => DocumentError::LimitExceeded(m),
+        E::Unavailable(m) => DocumentError::Unavailable(m),
+    }
+}
+
+fn precondition(condition: Precondition) -> documents::Precondition {
+    match condition {
+        Precondition::None => documents::Precondition::None,
+        Precondition::Absent => documents::Precondition::Absent,
+        Precondition::Revision(revision) => documents::Precondition::Revision(revision),
+    }
+}
+
+impl Host for WitHost {
+    fn invocation(&self) -> Invocation {
+        let current = context::current();
+        Invocation {
+            project_id: current.project_id,
+            request_id: current.request_id,
+            action: current.action,
+            settings: ProjectSettings {
+                provider_origin: current.settings.provider_origin,
+                tracking_origin: current.settings.tracking_origin,
+            },
+        }
+    }
+
+    fn send(&self, request: HttpRequest) -> Result<HttpResponse, BindingError> {
+        let request = http_binding::Request {
+            binding: request.binding,
+            method: request.method,
+            path: request.path,
+            query: request.query,
+            headers: request.headers,
+            body: request.body,
+        };
+        http_binding::send(&request)
+            .map(|response| HttpResponse {
+                status: response.status,
+                headers: response.headers,
+                body: response.body,
+            })
+            .map_err(binding_error)
+    }
+
+    fn get_document(&self, collection: &str, id: &str) -> Result<Option<Document>, DocumentError> {
+        documents::get(collection, id)
+            .map(|document| {
+                document.map(|d| Document {
+                    collection: d.collection,
+                    id: d.id,
+                    revision: d.revision,
+                    body: d.body,
+                })
+            })
+            .map_err(document_error)
+    }
+
+    fn put_document(
+        &self,
+        collection: &str,
+        id: &str,
+        body: &str,
+        condition: Precondition,
+    ) -> Result<u64, DocumentError> {
+        documents::put(collection, id, body, precondition(condition)).map_err(document_error)
+    }
+
+    fn delete_document(
+        &self,
+        collection: &str,
+        id: &str,
+        condition: Precondition,
+    ) -> Result<bool, DocumentError> {
+        documents::delete(collection, id, precondition(condition)).map_err(document_error)
+    }
+
+    fn log(&self, level: LogLevel, message: &str) {
+        let level = match level {
+            LogLevel::Debug => log::Level::Debug,
+            LogLevel::Info => log::Level::Info,
+            LogLevel::Warn => log::Level::Warn,
+            LogLevel::Error => log::Level::Error,
+        };
+        log::write(level, message);
+    }
+}
+
+struct Component;
+
+impl Guest for Component {
+    fn invoke(action: String, input: String) -> Result<String, WitActionError> {
+        crate::actions::invoke(&WitHost, &action, &input).map_err(|e| WitActionError {
+            code: e.code.as_str().to_owned(),
+            message: e.message,
+        })
+    }
+}
+
+export!(Component);

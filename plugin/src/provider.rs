@@ -1,0 +1,550 @@
+//! The Umami provider as the plugin sees it: requests through the host's
+//! `provider` binding and parsers for every response shape Umami is known to
+//! send (v2 `{value, prev}`, v3 flat numbers, v3.0.0-on-Postgres strings and
+//! `null`s).
+//!
+//! Error messages describe what happened (method, path, status); they never
+//! copy a response body or a binding's detail, which could hold a secret.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::calendar;
+use crate::error::{ActionError, ErrorCode};
+use crate::host::{BindingError, Host, HttpRequest, HttpResponse, LogLevel, PROVIDER_BINDING};
+
+/// A website as the provider stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteWebsite {
+    pub name: String,
+    pub domain: String,
+}
+
+/// Totals of a time range. `bounces` and `totaltime` are absent when the
+/// provider did not send them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub visitors: u64,
+    pub visits: u64,
+    pub pageviews: u64,
+    pub bounces: Option<u64>,
+    pub totaltime: Option<u64>,
+}
+
+/// Page views and visitors (sessions) of one UTC day.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DayCounts {
+    pub pageviews: u64,
+    pub visitors: u64,
+}
+
+/// The outcome of a create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Created {
+    Created,
+    /// The id existed already (Umami answers a duplicate id with an empty
+    /// 500); this is what a re-read found.
+    Existing(RemoteWebsite),
+}
+
+fn unusable(method: &str, path: &str, what: &str) -> ActionError {
+    ActionError::new(
+        ErrorCode::ProviderRejected,
+        format!("the provider's answer to {method} {path} was unusable: {what}"),
+    )
+}
+
+/// Maps an HTTP status that is not the expected success.
+pub fn status_error(method: &str, path: &str, status: u16) -> ActionError {
+    match status {
+        401 | 403 => ActionError::new(
+            ErrorCode::ProviderRejected,
+            format!(
+                "the provider refused {method} {path} (HTTP {status}); the binding's credentials are wrong or lack the rights"
+            ),
+        ),
+        408 | 429 | 500..=599 => ActionError::new(
+            ErrorCode::ProviderUnavailable,
+            format!("the provider answered HTTP {status} to {method} {path}"),
+        ),
+        _ => ActionError::new(
+            ErrorCode::ProviderRejected,
+            format!("the provider answered HTTP {status} to {method} {path}"),
+        ),
+    }
+}
+
+/// Maps a binding failure without copying the host's detail.
+pub fn binding_error(method: &str, path: &str, error: &BindingError) -> ActionError {
+    match error {
+        BindingError::NotGranted(_) => ActionError::new(
+            ErrorCode::Forbidden,
+            "the extension is not granted to this project",
+        ),
+        BindingError::CapabilityDenied(_) => ActionError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "the host refused {method} {path}: it is outside the approved `provider` capability"
+            ),
+        ),
+        BindingError::NotBound(_) => ActionError::new(
+            ErrorCode::ProviderUnavailable,
+            "the project has no `provider` binding configured; an operator must bind the analytics provider",
+        ),
+        BindingError::InvalidRequest(_) => ActionError::internal(format!(
+            "the host refused {method} {path} as a malformed request"
+        )),
+        BindingError::Timeout(_) => ActionError::new(
+            ErrorCode::ProviderUnavailable,
+            format!("the provider did not answer {method} {path} in time"),
+        ),
+        BindingError::Unavailable(_) => ActionError::new(
+            ErrorCode::ProviderUnavailable,
+            format!("the provider could not be reached for {method} {path}"),
+        ),
+        BindingError::ResponseTooLarge(_) => ActionError::new(
+            ErrorCode::ProviderRejected,
+            format!("the provider's answer to {method} {path} exceeded the host's size limit"),
+        ),
+        BindingError::LimitExceeded(_) => ActionError::new(
+            ErrorCode::LimitExceeded,
+            "the invocation used up its budget of host calls",
+        ),
+    }
+}
+
+/// A count as Umami sends it: a number, a numeric string, `null`, or a v2
+/// `{value, prev}` object. `Ok(None)` for `null`.
+fn count(value: &Value) -> Result<Option<u64>, &'static str> {
+    let number = |f: f64| {
+        if (0.0..1e18).contains(&f) {
+            Ok(Some(f.round() as u64))
+        } else {
+            Err("a count is negative or out of range")
+        }
+    };
+    match value {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_u64() {
+            Some(v) => Ok(Some(v)),
+            None => number(n.as_f64().unwrap_or(-1.0)),
+        },
+        Value::String(s) => {
+            let s = s.trim();
+            match s.parse::<u64>() {
+                Ok(v) => Ok(Some(v)),
+                Err(_) => number(s.parse::<f64>().map_err(|_| "a count is not a number")?),
+            }
+        }
+        Value::Object(pair) => match pair.get("value") {
+            Some(inner) if !inner.is_object() => count(inner),
+            _ => Err("a count object has no `value`"),
+        },
+        _ => Err("a count is not a number"),
+    }
+}
+
+/// Parses a stats answer of any known shape.
+pub fn parse_stats(body: &[u8]) -> Result<Totals, &'static str> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| "it is not JSON")?;
+    let object = value.as_object().ok_or("it is not a JSON object")?;
+    let required = |key: &'static str| -> Result<u64, &'static str> {
+        match object.get(key) {
+            None => Err(match key {
+                "visitors" => "`visitors` is missing",
+                "visits" => "`visits` is missing",
+                _ => "`pageviews` is missing",
+            }),
+            Some(v) => Ok(count(v)?.unwrap_or(0)),
+        }
+    };
+    let optional = |key: &str| -> Result<Option<u64>, &'static str> {
+        object.get(key).map_or(Ok(None), count)
+    };
+    Ok(Totals {
+        visitors: required("visitors")?,
+        visits: required("visits")?,
+        pageviews: required("pageviews")?,
+        bounces: optional("bounces")?,
+        totaltime: optional("totaltime")?,
+    })
+}
+
+/// Parses a `pageviews` series answer into counts per UTC day.
+pub fn parse_daily(body: &[u8]) -> Result<BTreeMap<i64, DayCounts>, &'static str> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| "it is not JSON")?;
+    let object = value.as_object().ok_or("it is not a JSON object")?;
+    let mut days: BTreeMap<i64, DayCounts> = BTreeMap::new();
+    let mut add = |key: &str, into: fn(&mut DayCounts) -> &mut u64| -> Result<(), &'static str> {
+        let points = match object.get(key) {
+            None | Some(Value::Null) if key == "sessions" => return Ok(()),
+            Some(Value::Array(points)) => points,
+            _ => return Err("a series is not a list of points"),
+        };
+        for point in points {
+            let day = match point.get("x") {
+                Some(Value::String(text)) => {
+                    calendar::parse_day(text).ok_or("a point's date is not a known format")?
+                }
+                Some(Value::Number(ms)) => {
+                    calendar::day_of_ms(ms.as_i64().ok_or("a point's time is not an integer")?)
+                }
+                _ => return Err("a point has no date"),
+            };
+            let y = count(point.get("y").unwrap_or(&Value::Null))?.unwrap_or(0);
+            let slot = into(days.entry(day).or_default());
+            *slot = slot.saturating_add(y);
+        }
+        Ok(())
+    };
+    add("pageviews", |d| &mut d.pageviews)?;
+    add("sessions", |d| &mut d.visitors)?;
+    Ok(days)
+}
+
+/// Parses a website answer: `null` is a missing website (admin accounts).
+pub fn parse_website(body: &[u8]) -> Result<Option<RemoteWebsite>, &'static str> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| "it is not JSON")?;
+    match value {
+        Value::Null => Ok(None),
+        Value::Object(website) => {
+            let field = |key: &str| website.get(key).and_then(Value::as_str).map(str::to_owned);
+            match (field("name"), field("domain")) {
+                (Some(name), Some(domain)) => Ok(Some(RemoteWebsite { name, domain })),
+                _ => Err("the website has no name or domain"),
+            }
+        }
+        _ => Err("it is neither a website nor null"),
+    }
+}
+
+/// The provider behind the host's `provider` binding.
+pub struct Provider<'h, H: Host + ?Sized> {
+    host: &'h H,
+}
+
+impl<'h, H: Host + ?Sized> Provider<'h, H> {
+    pub fn new(host: &'h H) -> Self {
+        Self { host }
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<String>,
+        body: Option<Value>,
+    ) -> Result<HttpResponse, ActionError> {
+        let mut headers = vec![("accept".to_owned(), "application/json".to_owned())];
+        if body.is_some() {
+            headers.push(("content-type".to_owned(), "application/json".to_owned()));
+        }
+        let request = HttpRequest {
+            binding: PROVIDER_BINDING.to_owned(),
+            method: method.to_owned(),
+            path: path.to_owned(),
+            query,
+            headers,
+            body: body.map(|b| b.to_string().into_bytes()),
+        };
+        self.host
+            .send(request)
+            .map_err(|e| binding_error(method, path, &e))
+    }
+
+    /// Tells a missing website from bad credentials after a 401: a non-admin
+    /// Umami account gets 401 for both.
+    fn verify_credentials(&self) -> Result<(), ActionError> {
+        let path = "/api/auth/verify";
+        let response = self.send("POST", path, None, None)?;
+        match response.status {
+            200..=299 => Ok(()),
+            status => Err(status_error("POST", path, status)),
+        }
+    }
+
+    /// Reads a website; `None` when the provider does not have it.
+    pub fn find_website(&self, id: Uuid) -> Result<Option<RemoteWebsite>, ActionError> {
+        let path = format!("/api/websites/{id}");
+        let response = self.send("GET", &path, None, None)?;
+        match response.status {
+            200 => parse_website(&response.body).map_err(|what| unusable("GET", &path, what)),
+            401 => {
+                self.verify_credentials()?;
+                Ok(None)
+            }
+            status => Err(status_error("GET", &path, status)),
+        }
+    }
+
+    /// Creates a website with a caller-chosen id. A 5xx may be Umami's answer
+    /// to a duplicate id (another provision got there first), so the website
+    /// is read again before the error counts.
+    pub fn create_website(
+        &self,
+        id: Uuid,
+        name: &str,
+        domain: &str,
+    ) -> Result<Created, ActionError> {
+        let path = "/api/websites";
+        let body = json!({"id": id, "name": name, "domain": domain});
+        let response = self.send("POST", path, None, Some(body))?;
+        match response.status {
+            200..=299 => {
+                self.host.log(
+                    LogLevel::Info,
+                    &format!("created website {id} on the provider"),
+                );
+                Ok(Created::Created)
+            }
+            status @ 500..=599 => match self.find_website(id)? {
+                Some(existing) => Ok(Created::Existing(existing)),
+                None => Err(status_error("POST", path, status)),
+            },
+            status => Err(status_error("POST", path, status)),
+        }
+    }
+
+    /// Sets a website's name and domain.
+    pub fn update_website(&self, id: Uuid, name: &str, domain: &str) -> Result<(), ActionError> {
+        let path = format!("/api/websites/{id}");
+        let response = self.send(
+            "POST",
+            &path,
+            None,
+            Some(json!({"name": name, "domain": domain})),
+        )?;
+        match response.status {
+            200..=299 => {
+                self.host.log(
+                    LogLevel::Info,
+                    &format!("updated website {id} on the provider"),
+                );
+                Ok(())
+            }
+            status => Err(status_error("POST", &path, status)),
+        }
+    }
+
+    /// Totals of `[start_at, end_at)`.
+    pub fn stats(&self, id: Uuid, start_at: i64, end_at: i64) -> Result<Totals, ActionError> {
+        let path = format!("/api/websites/{id}/stats");
+        let query = format!("startAt={start_at}&endAt={end_at}");
+        let response = self.send("GET", &path, Some(query), None)?;
+        match response.status {
+            200 => parse_stats(&response.body).map_err(|what| unusable("GET", &path, what)),
+            status => Err(status_error("GET", &path, status)),
+        }
+    }
+
+    /// Page views and visitors per UTC day; days without traffic are absent.
+    pub fn daily(
+        &self,
+        id: Uuid,
+        start_at: i64,
+        end_at: i64,
+    ) -> Result<BTreeMap<i64, DayCounts>, ActionError> {
+        let path = format!("/api/websites/{id}/pageviews");
+        let query = format!("startAt={start_at}&endAt={end_at}&unit=day&timezone=UTC");
+        let response = self.send("GET", &path, Some(query), None)?;
+        match response.status {
+            200 => parse_daily(&response.body).map_err(|what| unusable("GET", &path, what)),
+            status => Err(status_error("GET", &path, status)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calendar::days_from_civil;
+
+    fn totals(body: &str) -> Result<Totals, &'static str> {
+        parse_stats(body.as_bytes())
+    }
+
+    #[test]
+    fn stats_of_every_generation_parse() {
+        let want = Totals {
+            visitors: 2,
+            visits: 3,
+            pageviews: 5,
+            bounces: Some(1),
+            totaltime: Some(42),
+        };
+        let v3 = r#"{"pageviews":5,"visitors":2,"visits":3,"bounces":1,"totaltime":42,
+                     "comparison":{"pageviews":1,"visitors":1,"visits":1,"bounces":1,"totaltime":0}}"#;
+        let v2 = r#"{"pageviews":{"value":5,"prev":1},"visitors":{"value":2,"prev":1},
+                     "visits":{"value":3,"prev":1},"bounces":{"value":1,"prev":1},"totaltime":{"value":42,"prev":0}}"#;
+        let postgres = r#"{"pageviews":"5","visitors":"2","visits":"3","bounces":"1","totaltime":"42",
+                           "comparison":{"pageviews":"0","visitors":"0","visits":"0","bounces":null,"totaltime":null}}"#;
+        let v2_strings = r#"{"pageviews":{"value":"5","prev":"1"},"visitors":{"value":"2"},"visits":{"value":3},
+                             "bounces":{"value":"1"},"totaltime":{"value":42.4}}"#;
+        for body in [v3, v2, postgres, v2_strings] {
+            assert_eq!(totals(body), Ok(want), "{body}");
+        }
+    }
+
+    #[test]
+    fn nulls_and_absent_optional_fields() {
+        let body = r#"{"pageviews":null,"visitors":"0","visits":0,"bounces":null}"#;
+        assert_eq!(
+            totals(body),
+            Ok(Totals {
+                visitors: 0,
+                visits: 0,
+                pageviews: 0,
+                bounces: None,
+                totaltime: None
+            })
+        );
+    }
+
+    #[test]
+    fn unusable_stats_are_refused() {
+        let cases = [
+            ("", "it is not JSON"),
+            (r#"{"pageviews":{"value":"#, "it is not JSON"),
+            ("null", "it is not a JSON object"),
+            ("[1,2]", "it is not a JSON object"),
+            (r#"{"pageviews":1,"visits":1}"#, "`visitors` is missing"),
+            (
+                r#"{"pageviews":-1,"visitors":1,"visits":1}"#,
+                "a count is negative or out of range",
+            ),
+            (
+                r#"{"pageviews":"many","visitors":1,"visits":1}"#,
+                "a count is not a number",
+            ),
+            (
+                r#"{"pageviews":{"prev":1},"visitors":1,"visits":1}"#,
+                "a count object has no `value`",
+            ),
+            (
+                r#"{"pageviews":[1],"visitors":1,"visits":1}"#,
+                "a count is not a number",
+            ),
+        ];
+        for (body, why) in cases {
+            assert_eq!(totals(body), Err(why), "{body}");
+        }
+    }
+
+    #[test]
+    fn daily_series_of_every_date_format_parse() {
+        let body = r#"{"pageviews":[{"x":"2026-11-19 00:00:00","y":3},{"x":"2026-11-21T05:00:00Z","y":"2"},
+                                    {"x":"2026-11-21T09:00:00.000Z","y":1}],
+                       "sessions":[{"x":"2026-11-19 00:00:00","y":2},{"x":"2026-11-21","y":null}]}"#;
+        let days = parse_daily(body.as_bytes()).unwrap();
+        let d19 = days_from_civil(2026, 11, 19);
+        let d21 = days_from_civil(2026, 11, 21);
+        assert_eq!(days.len(), 2);
+        assert_eq!(
+            days[&d19],
+            DayCounts {
+                pageviews: 3,
+                visitors: 2
+            }
+        );
+        assert_eq!(
+            days[&d21],
+            DayCounts {
+                pageviews: 3,
+                visitors: 0
+            }
+        );
+        assert!(parse_daily(br#"{"pageviews":[]}"#).unwrap().is_empty());
+        assert_eq!(
+            parse_daily(br#"{"pageviews":[{"x":"yesterday","y":1}]}"#),
+            Err("a point's date is not a known format")
+        );
+        assert_eq!(
+            parse_daily(br#"{"sessions":[]}"#),
+            Err("a series is not a list of points")
+        );
+    }
+
+    #[test]
+    fn websites_parse_and_null_is_missing() {
+        assert_eq!(parse_website(b"null"), Ok(None));
+        assert_eq!(
+            parse_website(
+                br#"{"id":"x","name":"Shop","domain":"shop.example.com","resetAt":null}"#
+            ),
+            Ok(Some(RemoteWebsite {
+                name: "Shop".into(),
+                domain: "shop.example.com".into()
+            }))
+        );
+        assert!(parse_website(b"").is_err());
+        assert!(parse_website(br#"{"name":"Shop"}"#).is_err());
+        assert!(parse_website(b"[]").is_err());
+    }
+
+    #[test]
+    fn statuses_map_to_codes() {
+        let cases = [
+            (401, ErrorCode::ProviderRejected),
+            (403, ErrorCode::ProviderRejected),
+            (400, ErrorCode::ProviderRejected),
+            (404, ErrorCode::ProviderRejected),
+            (429, ErrorCode::ProviderUnavailable),
+            (500, ErrorCode::ProviderUnavailable),
+            (503, ErrorCode::ProviderUnavailable),
+        ];
+        for (status, code) in cases {
+            let e = status_error("GET", "/api/websites/x", status);
+            assert_eq!(e.code, code, "{status}");
+            assert!(
+                e.message.contains(&format!("HTTP {status}"))
+                    && e.message.contains("GET /api/websites/x")
+            );
+        }
+    }
+
+    #[test]
+    fn binding_errors_map_to_codes_without_the_hosts_detail() {
+        let detail = "detail-from-host".to_owned();
+        let cases = [
+            (
+                BindingError::NotGranted(detail.clone()),
+                ErrorCode::Forbidden,
+            ),
+            (
+                BindingError::CapabilityDenied(detail.clone()),
+                ErrorCode::Forbidden,
+            ),
+            (
+                BindingError::NotBound(detail.clone()),
+                ErrorCode::ProviderUnavailable,
+            ),
+            (
+                BindingError::InvalidRequest(detail.clone()),
+                ErrorCode::Internal,
+            ),
+            (
+                BindingError::Timeout(detail.clone()),
+                ErrorCode::ProviderUnavailable,
+            ),
+            (
+                BindingError::Unavailable(detail.clone()),
+                ErrorCode::ProviderUnavailable,
+            ),
+            (
+                BindingError::ResponseTooLarge(detail.clone()),
+                ErrorCode::ProviderRejected,
+            ),
+            (
+                BindingError::LimitExceeded(detail.clone()),
+                ErrorCode::LimitExceeded,
+            ),
+        ];
+        for (error, code) in cases {
+            let mapped = binding_error("GET", "/api/websites/x", &error);
+            assert_eq!(mapped.code, code, "{error:?}");
+            assert!(!mapped.message.contains(&detail), "{}", mapped.message);
+        }
+    }
+}

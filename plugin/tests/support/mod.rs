@@ -1,0 +1,340 @@
+//! A native stand-in for the extension host: the `provider` binding over
+//! loopback HTTP (adds the secret, checks the manifest's capability), an
+//! in-memory document service with revisions and compare-and-set, and a log.
+//! Unlike the real host it does not redact secrets from responses, so a test
+//! that finds no secret in a message proves the plugin copied none.
+
+#![allow(dead_code, reason = "each test binary uses a different part")]
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use managed_analytics::host::{
+    BindingError, Document, DocumentError, Host, HttpRequest, HttpResponse, Invocation, LogLevel,
+    Precondition, ProjectSettings,
+};
+use umami_fake::{FakeConfig, FakeHandle, UmamiFake};
+
+pub const SECRET: &str = "s3cret-provider-token-4f9d2a";
+pub const PROJECT: &str = "prj_7c1f0e";
+pub const PROVIDER_ORIGIN: &str = "https://analytics.example.net";
+/// 2026-11-21T12:00:00Z, the tests' "now".
+pub const NOW_MS: i64 = 1_795_262_400_000;
+pub const DAY_MS: i64 = 86_400_000;
+
+/// The `[capabilities.http.provider]` allow list of manifest.toml.
+const ALLOWED: &[(&str, &str)] = &[
+    ("POST", "/api/auth/verify"),
+    ("POST", "/api/websites"),
+    ("GET", "/api/websites/{id}"),
+    ("POST", "/api/websites/{id}"),
+    ("GET", "/api/websites/{id}/stats"),
+    ("GET", "/api/websites/{id}/pageviews"),
+];
+
+fn allowed(method: &str, path: &str) -> bool {
+    ALLOWED.iter().any(|(m, pattern)| {
+        *m == method && {
+            let want: Vec<&str> = pattern.split('/').collect();
+            let got: Vec<&str> = path.split('/').collect();
+            want.len() == got.len()
+                && want
+                    .iter()
+                    .zip(&got)
+                    .all(|(w, g)| *w == *g || (*w == "{id}" && !g.is_empty()))
+        }
+    })
+}
+
+/// Project documents shared by every host of one project (like the core's).
+#[derive(Default)]
+pub struct Documents {
+    docs: Mutex<HashMap<(String, String), (u64, String)>>,
+}
+
+impl Documents {
+    pub fn get(&self, collection: &str, id: &str) -> Option<(u64, String)> {
+        self.docs
+            .lock()
+            .unwrap()
+            .get(&(collection.to_owned(), id.to_owned()))
+            .cloned()
+    }
+
+    pub fn count(&self) -> usize {
+        self.docs.lock().unwrap().len()
+    }
+
+    fn put(
+        &self,
+        collection: &str,
+        id: &str,
+        body: &str,
+        condition: Precondition,
+    ) -> Result<u64, DocumentError> {
+        serde_json::from_str::<serde_json::Value>(body)
+            .map_err(|_| DocumentError::Invalid("not JSON".into()))?;
+        let mut docs = self.docs.lock().unwrap();
+        let key = (collection.to_owned(), id.to_owned());
+        let stored = docs.get(&key).map_or(0, |(revision, _)| *revision);
+        let holds = match condition {
+            Precondition::None => true,
+            Precondition::Absent => stored == 0,
+            Precondition::Revision(revision) => stored == revision,
+        };
+        if !holds {
+            return Err(DocumentError::Conflict(stored));
+        }
+        docs.insert(key, (stored + 1, body.to_owned()));
+        Ok(stored + 1)
+    }
+}
+
+pub struct TestHost {
+    pub invocation: Invocation,
+    base_url: Option<String>,
+    secret: String,
+    agent: ureq::Agent,
+    pub documents: Arc<Documents>,
+    pub logs: Mutex<Vec<String>>,
+    /// `METHOD path` of every request the plugin sent.
+    pub sent: Mutex<Vec<String>>,
+    pub now_ms: i64,
+}
+
+impl TestHost {
+    /// A host for `PROJECT` whose `provider` binding points at `base_url`.
+    pub fn new(base_url: Option<String>) -> Self {
+        Self {
+            invocation: Invocation {
+                project_id: PROJECT.into(),
+                request_id: "req-1".into(),
+                action: String::new(),
+                settings: ProjectSettings {
+                    provider_origin: Some(PROVIDER_ORIGIN.into()),
+                    tracking_origin: None,
+                },
+            },
+            base_url,
+            secret: SECRET.into(),
+            agent: ureq::AgentBuilder::new()
+                .timeout(Duration::from_millis(700))
+                .build(),
+            documents: Arc::new(Documents::default()),
+            logs: Mutex::new(Vec::new()),
+            sent: Mutex::new(Vec::new()),
+            now_ms: NOW_MS,
+        }
+    }
+
+    pub fn for_fake(fake: &FakeHandle) -> Self {
+        Self::new(Some(fake.base_url()))
+    }
+
+    /// Another host of the same project sharing its documents (a second
+    /// concurrent invocation).
+    pub fn sibling(&self) -> Self {
+        let mut host = Self::new(self.base_url.clone());
+        host.invocation = self.invocation.clone();
+        host.secret = self.secret.clone();
+        host.documents = Arc::clone(&self.documents);
+        host.now_ms = self.now_ms;
+        host
+    }
+
+    pub fn with_secret(mut self, secret: &str) -> Self {
+        self.secret = secret.into();
+        self
+    }
+
+    pub fn with_tracking_origin(mut self, origin: &str) -> Self {
+        self.invocation.settings.tracking_origin = Some(origin.into());
+        self
+    }
+
+    pub fn sent(&self) -> Vec<String> {
+        self.sent.lock().unwrap().clone()
+    }
+
+    pub fn mapping_revision(&self) -> Option<u64> {
+        self.documents
+            .get("site", "mapping")
+            .map(|(revision, _)| revision)
+    }
+
+    /// Fails if the secret appears in any log line.
+    pub fn assert_logs_hold_no_secret(&self) {
+        for line in self.logs.lock().unwrap().iter() {
+            assert!(
+                !line.contains(SECRET),
+                "a log line holds the secret: {line}"
+            );
+        }
+    }
+}
+
+fn transport_error(error: &ureq::Transport) -> BindingError {
+    let timed_out = std::error::Error::source(error)
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            )
+        });
+    if timed_out {
+        BindingError::Timeout("the origin did not answer in time".into())
+    } else {
+        BindingError::Unavailable("the origin could not be reached".into())
+    }
+}
+
+impl Host for TestHost {
+    fn invocation(&self) -> Invocation {
+        self.invocation.clone()
+    }
+
+    fn send(&self, request: HttpRequest) -> Result<HttpResponse, BindingError> {
+        if request.binding != "provider" {
+            return Err(BindingError::NotBound(request.binding));
+        }
+        let Some(base_url) = &self.base_url else {
+            return Err(BindingError::NotBound("provider".into()));
+        };
+        if !allowed(&request.method, &request.path) {
+            return Err(BindingError::CapabilityDenied(format!(
+                "{} {}",
+                request.method, request.path
+            )));
+        }
+        if request.headers.iter().any(|(name, _)| {
+            ["authorization", "cookie", "host"].contains(&name.to_ascii_lowercase().as_str())
+        }) {
+            return Err(BindingError::InvalidRequest("a refused header".into()));
+        }
+        self.sent
+            .lock()
+            .unwrap()
+            .push(format!("{} {}", request.method, request.path));
+        let url = match &request.query {
+            Some(query) => format!("{base_url}{}?{query}", request.path),
+            None => format!("{base_url}{}", request.path),
+        };
+        let mut call = self
+            .agent
+            .request(&request.method, &url)
+            .set("Authorization", &format!("Bearer {}", self.secret));
+        for (name, value) in &request.headers {
+            call = call.set(name, value);
+        }
+        let result = match &request.body {
+            Some(body) => call.send_bytes(body),
+            None => call.call(),
+        };
+        let response = match result {
+            Ok(response) | Err(ureq::Error::Status(_, response)) => response,
+            Err(ureq::Error::Transport(transport)) => return Err(transport_error(&transport)),
+        };
+        let status = response.status();
+        let headers = response
+            .headers_names()
+            .into_iter()
+            .map(|name| {
+                let value = response.header(&name).unwrap_or_default().to_owned();
+                (name, value)
+            })
+            .collect();
+        let mut body = Vec::new();
+        response
+            .into_reader()
+            .read_to_end(&mut body)
+            .map_err(|_| BindingError::Timeout("the body did not arrive in time".into()))?;
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    fn get_document(&self, collection: &str, id: &str) -> Result<Option<Document>, DocumentError> {
+        Ok(self
+            .documents
+            .get(collection, id)
+            .map(|(revision, body)| Document {
+                collection: collection.into(),
+                id: id.into(),
+                revision,
+                body,
+            }))
+    }
+
+    fn put_document(
+        &self,
+        collection: &str,
+        id: &str,
+        body: &str,
+        condition: Precondition,
+    ) -> Result<u64, DocumentError> {
+        self.documents.put(collection, id, body, condition)
+    }
+
+    fn delete_document(
+        &self,
+        collection: &str,
+        id: &str,
+        condition: Precondition,
+    ) -> Result<bool, DocumentError> {
+        let mut docs = self.documents.docs.lock().unwrap();
+        let key = (collection.to_owned(), id.to_owned());
+        let stored = docs.get(&key).map_or(0, |(revision, _)| *revision);
+        match condition {
+            Precondition::Revision(revision) if revision != stored => {
+                Err(DocumentError::Conflict(stored))
+            }
+            Precondition::Absent if stored != 0 => Err(DocumentError::Conflict(stored)),
+            _ => Ok(docs.remove(&key).is_some()),
+        }
+    }
+
+    fn log(&self, level: LogLevel, message: &str) {
+        self.logs
+            .lock()
+            .unwrap()
+            .push(format!("{level:?} {message}"));
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+}
+
+/// A fake provider (admin account, v3 shapes) with `SECRET`.
+pub fn start_fake() -> FakeHandle {
+    UmamiFake::start(FakeConfig::new(SECRET)).expect("the fake provider starts on loopback")
+}
+
+pub fn provision_input(name: &str, domain: &str) -> String {
+    serde_json::json!({"name": name, "domain": domain}).to_string()
+}
+
+/// Required and known field names of a `[definitions.NAME]` output shape of
+/// manifest.toml.
+pub fn manifest_definition(name: &str) -> (Vec<String>, Vec<String>) {
+    let manifest: toml::Table = toml::from_str(include_str!("../../../manifest.toml")).unwrap();
+    let definition = &manifest["definitions"][name];
+    let required = definition["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    let properties = definition["properties"]
+        .as_table()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    (required, properties)
+}
