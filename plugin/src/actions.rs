@@ -547,3 +547,64 @@ pub fn stats<H: Host + ?Sized>(host: &H, input: &StatsInput) -> Result<Stats, Ac
         series,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_values_are_escaped() {
+        assert_eq!(
+            attribute(r#"a&b"c'd<e>f"#),
+            "a&amp;b&quot;c&#39;d&lt;e&gt;f"
+        );
+        assert_eq!(attribute("www.example.com"), "www.example.com");
+    }
+
+    #[test]
+    fn origins_come_from_the_project_settings() {
+        let settings = |provider: Option<&str>, tracking: Option<&str>| ProjectSettings {
+            provider_origin: provider.map(str::to_owned),
+            tracking_origin: tracking.map(str::to_owned),
+        };
+        let plain =
+            Origins::from_settings(&settings(Some("https://a.example.net/"), None)).unwrap();
+        assert_eq!(plain.tracking(), "https://a.example.net");
+        let blank_override =
+            Origins::from_settings(&settings(Some("https://a.example.net"), Some(" "))).unwrap();
+        assert_eq!(blank_override.tracking_override, None);
+        let custom = Origins::from_settings(&settings(
+            Some("https://a.example.net"),
+            Some("https://t.example.com"),
+        ))
+        .unwrap();
+        assert_eq!(
+            (custom.provider.as_str(), custom.tracking()),
+            ("https://a.example.net", "https://t.example.com")
+        );
+        for bad in [
+            "",
+            "ftp://a.example.net",
+            "https://",
+            "https://a.example.net/path",
+            "https://user@a.example.net",
+        ] {
+            let err = Origins::from_settings(&settings(Some(bad), None)).unwrap_err();
+            assert_eq!(err.code, ErrorCode::ProviderUnavailable, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_range_limit_is_366_days_to_the_millisecond() {
+        let now = 1_795_262_400_000;
+        let range = |start_at, end_at| StatsInput {
+            start_at,
+            end_at,
+            daily: false,
+        };
+        assert!(range(now - MAX_RANGE_MS, now).validate(now).is_ok());
+        assert!(range(now - MAX_RANGE_MS - 1, now).validate(now).is_err());
+        assert!(range(now, now + MAX_FUTURE_MS).validate(now).is_ok());
+        assert!(range(now, now + MAX_FUTURE_MS + 1).validate(now).is_err());
+    }
+}

@@ -37,6 +37,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    anyhow::ensure!(!cli.secret.is_empty(), "--secret must not be empty");
     let config = FakeConfig {
         secret: cli.secret,
         username: cli.username,
