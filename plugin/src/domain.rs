@@ -9,7 +9,8 @@ use idna::uts46::{AsciiDenyList, DnsLength, Hyphens, Uts46};
 
 use crate::error::ActionError;
 
-/// Umami's limit for a website name.
+/// Umami's limit for a website name, counted as Umami (JavaScript) counts:
+/// in UTF-16 code units.
 pub const NAME_MAX_CHARS: usize = 100;
 /// The DNS limit for a hostname in ASCII form.
 pub const DOMAIN_MAX_BYTES: usize = 253;
@@ -22,7 +23,7 @@ pub fn normalize_name(input: &str) -> Result<String, ActionError> {
     if name.is_empty() {
         return Err(ActionError::invalid_input("name: must not be empty"));
     }
-    if name.chars().count() > NAME_MAX_CHARS {
+    if name.encode_utf16().count() > NAME_MAX_CHARS {
         return Err(ActionError::invalid_input(format!(
             "name: must be at most {NAME_MAX_CHARS} characters"
         )));
