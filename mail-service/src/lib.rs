@@ -1,1 +1,57 @@
-//! mail-service (being written)
+//! mail-service: a Resend-style transactional mail HTTP API.
+//!
+//! Map: `model` (resources and validation) → `service` (sending, idempotency,
+//! rate limit, logs; no HTTP) → `store` (SQLite/PostgreSQL) and `transport`
+//! (SMTP via lettre, or files). `http` holds the router, the middleware, the
+//! extractors and the one `IntoResponse` for `error::Error`. `smtp_sink` is
+//! the loopback SMTP server used by tests.
+
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod id;
+pub mod model;
+pub mod service;
+pub mod smtp_sink;
+pub mod store;
+pub mod transport;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::service::MailService;
+
+/// Serves until `shutdown` resolves, sweeping abandoned handoffs in the
+/// background.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: MailService,
+    sweep_interval: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let sweeper = {
+        let service = service.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(sweep_interval);
+            loop {
+                tick.tick().await;
+                match service.sweep().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::warn!(count = n, "abandoned handoffs declared unknown"),
+                    Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                }
+            }
+        })
+    };
+    let result = axum::serve(listener, http::router(service))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    sweeper.abort();
+    result
+}
+
+/// A shared clock handle for the common case.
+pub fn system_clock() -> Arc<dyn clock::Clock> {
+    Arc::new(clock::SystemClock)
+}

@@ -1,0 +1,121 @@
+//! Configuration shared by `serve` and the operator commands: flags with
+//! environment fallbacks. Without any, the service runs embedded: SQLite in
+//! the data directory and the file transport.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::service::Settings;
+use crate::store::StorageConfig;
+use crate::transport::{SmtpConfig, SmtpSecurity, Transport};
+
+#[derive(Debug, Clone, Args)]
+pub struct StorageArgs {
+    /// Directory for the embedded SQLite database and the file transport.
+    #[arg(
+        long,
+        env = "MAIL_DATA_DIR",
+        default_value = "mail-data",
+        global = true
+    )]
+    pub data_dir: PathBuf,
+    /// PostgreSQL URL; when set, PostgreSQL is used instead of SQLite.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// PostgreSQL schema to use (created if missing).
+    #[arg(long, env = "MAIL_DATABASE_SCHEMA", global = true)]
+    pub database_schema: Option<String>,
+    /// PostgreSQL pool size per process.
+    #[arg(
+        long,
+        env = "MAIL_DB_MAX_CONNECTIONS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub db_max_connections: u32,
+}
+
+impl StorageArgs {
+    pub fn storage(&self) -> StorageConfig {
+        match &self.database_url {
+            Some(url) => StorageConfig::Postgres {
+                url: url.clone(),
+                schema: self.database_schema.clone(),
+                max_connections: self.db_max_connections,
+            },
+            None => StorageConfig::Sqlite {
+                path: self.data_dir.join("mail.db"),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "MAIL_LISTEN", default_value = "127.0.0.1:8025")]
+    pub listen: String,
+    /// Upstream SMTP host; without it messages go to `<data-dir>/outbox`.
+    #[arg(long, env = "MAIL_SMTP_HOST")]
+    pub smtp_host: Option<String>,
+    #[arg(long, env = "MAIL_SMTP_PORT", default_value_t = 587)]
+    pub smtp_port: u16,
+    #[arg(
+        long,
+        env = "MAIL_SMTP_SECURITY",
+        value_enum,
+        default_value = "starttls"
+    )]
+    pub smtp_security: SmtpSecurity,
+    #[arg(long, env = "MAIL_SMTP_USERNAME")]
+    pub smtp_username: Option<String>,
+    /// Prefer the environment variable: flags are visible in process lists.
+    #[arg(long, env = "MAIL_SMTP_PASSWORD", hide_env_values = true)]
+    pub smtp_password: Option<String>,
+    /// Name sent in EHLO.
+    #[arg(long, env = "MAIL_SMTP_HELO", default_value = "localhost")]
+    pub smtp_helo: String,
+    /// Bound on each SMTP step, including the wait for the reply to the data.
+    #[arg(long, env = "MAIL_SMTP_TIMEOUT_MS", default_value_t = 30_000)]
+    pub smtp_timeout_ms: u64,
+    /// Directory of the file transport (default `<data-dir>/outbox`).
+    #[arg(long, env = "MAIL_OUTBOX_DIR")]
+    pub outbox_dir: Option<PathBuf>,
+    /// Upper bound of one handoff; a `sending` email older than this (plus
+    /// 30 s) belongs to a stopped node and is declared `unknown`.
+    #[arg(long, env = "MAIL_HANDOFF_LEASE_MS", default_value_t = 120_000)]
+    pub handoff_lease_ms: u64,
+    /// How often abandoned handoffs are swept and old rate windows dropped.
+    #[arg(long, env = "MAIL_SWEEP_INTERVAL_MS", default_value_t = 30_000)]
+    pub sweep_interval_ms: u64,
+}
+
+impl ServeArgs {
+    pub fn transport(&self, storage: &StorageArgs) -> Transport {
+        match &self.smtp_host {
+            Some(host) => Transport::Smtp(SmtpConfig {
+                host: host.clone(),
+                port: self.smtp_port,
+                security: self.smtp_security,
+                username: self.smtp_username.clone(),
+                password: self.smtp_password.clone(),
+                hello_name: self.smtp_helo.clone(),
+                timeout: Duration::from_millis(self.smtp_timeout_ms),
+            }),
+            None => Transport::File(
+                self.outbox_dir
+                    .clone()
+                    .unwrap_or_else(|| storage.data_dir.join("outbox")),
+            ),
+        }
+    }
+
+    pub fn settings(&self) -> Settings {
+        Settings {
+            handoff_lease: Duration::from_millis(self.handoff_lease_ms),
+            ..Settings::default()
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! HTTP layer: routing, the request middleware (request id, authentication,
+//! rate limit, request log), extractors, thin handlers and the OpenAPI
+//! document.
+
+pub mod error;
+mod extract;
+mod handlers;
+pub mod openapi;
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+
+use crate::error::Error;
+use crate::service::{MailService, RateStatus};
+use crate::store::Principal;
+
+tokio::task_local! {
+    /// The id of the request being served (also its log id).
+    pub(crate) static REQUEST_ID: i64;
+}
+
+/// The request's id, as an extension for extractors.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestId(pub i64);
+
+/// Outcome of reading the `Authorization` header. The middleware resolves
+/// it once; the `Sender`/`FullAccess` extractors decide per endpoint.
+#[derive(Debug, Clone)]
+pub enum AuthState {
+    Valid(Principal),
+    Refused(Error),
+}
+
+/// The router with every endpoint, at the root and under `/v1`.
+pub fn router(service: MailService) -> Router {
+    let api = Router::new()
+        .route("/emails", post(handlers::send_email))
+        .route("/emails/batch", post(handlers::send_batch))
+        .route("/emails/{id}", get(handlers::get_email))
+        .route("/logs", get(handlers::list_logs))
+        .route("/logs/{id}", get(handlers::get_log))
+        .method_not_allowed_fallback(handlers::not_found);
+    Router::new()
+        .merge(api.clone())
+        .nest("/v1", api)
+        .route("/openapi.json", get(handlers::openapi))
+        .fallback(handlers::not_found)
+        .layer(middleware::from_fn_with_state(service.clone(), observe))
+        .with_state(service)
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get("authorization")?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Runs around every request: assigns the request id, resolves the API key,
+/// writes the request log (status 0 until the answer is known), counts the
+/// request against the tenant's shared rate limit, and adds the rate-limit
+/// and request-id headers.
+async fn observe(State(service): State<MailService>, mut req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let request_id = service.next_id();
+    let auth = match bearer(req.headers()) {
+        None => AuthState::Refused(Error::MissingApiKey),
+        Some(token) => match service.authenticate(token).await {
+            Ok(principal) => AuthState::Valid(principal),
+            Err(e) => AuthState::Refused(e),
+        },
+    };
+    let principal = match &auth {
+        AuthState::Valid(p) => Some(p.clone()),
+        AuthState::Refused(_) => None,
+    };
+    let user_agent = req
+        .headers()
+        .get("user-agent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    if let Err(e) = service
+        .log_started(
+            request_id,
+            principal.as_ref(),
+            &method,
+            &path,
+            user_agent.as_deref(),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, request_id, "request log not written");
+    }
+    req.extensions_mut().insert(auth);
+    req.extensions_mut().insert(RequestId(request_id));
+    let (mut response, rate) = REQUEST_ID
+        .scope(request_id, async {
+            let rate = match &principal {
+                Some(p) => match service.count_request(p).await {
+                    Ok(status) => Some(status),
+                    Err(e) => return (e.into_response(), None),
+                },
+                None => None,
+            };
+            (next.run(req).await, rate)
+        })
+        .await;
+    let headers = response.headers_mut();
+    if let Some(RateStatus {
+        limit,
+        remaining,
+        reset_secs,
+    }) = rate
+    {
+        headers.insert("ratelimit-limit", HeaderValue::from(limit));
+        headers.insert("ratelimit-remaining", HeaderValue::from(remaining));
+        headers.insert("ratelimit-reset", HeaderValue::from(reset_secs));
+    }
+    headers.insert("x-request-id", HeaderValue::from(request_id));
+    let elapsed = started.elapsed().as_millis() as i64;
+    if let Err(e) = service
+        .log_finished(request_id, response.status().as_u16(), elapsed)
+        .await
+    {
+        tracing::warn!(error = %e, request_id, "request log not completed");
+    }
+    tracing::info!(
+        request_id,
+        %method,
+        %path,
+        status = response.status().as_u16(),
+        elapsed_ms = elapsed,
+        "request"
+    );
+    response
+}

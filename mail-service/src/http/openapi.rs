@@ -1,0 +1,55 @@
+//! The OpenAPI document: derived from the handlers' annotations and the
+//! request/response types, never written by hand.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::error::{ErrorBody, IdEntry};
+use super::handlers;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "mail-service", version = "1.0.0", description = "Transactional mail API (Resend-compatible subset). The versioned base path is /v1; the root serves the same API."),
+    servers((url = "/v1")),
+    paths(
+        handlers::send_email,
+        handlers::send_batch,
+        handlers::get_email,
+        handlers::list_logs,
+        handlers::get_log,
+    ),
+    components(schemas(
+        crate::model::EmailPayload,
+        crate::model::MessageFields,
+        crate::model::Recipients,
+        crate::model::Tag,
+        crate::model::Attachment,
+        handlers::SendResult,
+        handlers::BatchResult,
+        handlers::BatchItemError,
+        handlers::EmailResource,
+        handlers::LogEntry,
+        handlers::LogList,
+        ErrorBody,
+        IdEntry,
+    )),
+    modifiers(&BearerAuth),
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("ms_...")
+                    .build(),
+            ),
+        );
+    }
+}

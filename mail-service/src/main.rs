@@ -1,0 +1,243 @@
+//! `mail-service`: the server and the operator commands.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use mail_service::config::{ServeArgs, StorageArgs};
+use mail_service::service::{DEFAULT_RATE_LIMIT, MailService, Settings};
+use mail_service::smtp_sink::{SinkMode, SmtpSink};
+use mail_service::store::{Permission, Store};
+use mail_service::transport::Transport;
+
+#[derive(Parser)]
+#[command(name = "mail-service", version, about = "Transactional mail HTTP API")]
+struct Cli {
+    #[command(flatten)]
+    storage: StorageArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP API.
+    Serve(ServeArgs),
+    /// Manage tenants (accounts).
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Settle an email whose handoff outcome is unknown, after checking the
+    /// provider's logs for its Message-ID. Its idempotency key is released:
+    /// from then on it replays the original answer.
+    Reconcile {
+        email_id: i64,
+        #[arg(long, value_enum)]
+        outcome: ReconcileOutcome,
+    },
+    /// Run a loopback SMTP sink (for trying the SMTP transport locally).
+    SmtpSink {
+        #[arg(long, default_value_t = 2525)]
+        port: u16,
+        #[arg(long, value_enum, default_value = "accept")]
+        mode: SinkMode,
+    },
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// Create a tenant.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = DEFAULT_RATE_LIMIT)]
+        rate_limit: i64,
+    },
+    /// List tenants.
+    List,
+    /// Change a tenant's request limit per minute.
+    SetRateLimit { name: String, per_minute: i64 },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Create an API key (and the tenant if it does not exist). Prints the
+    /// key once on stdout; only its hash is stored.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, default_value = "default")]
+        name: String,
+        #[arg(long, default_value = "full_access", value_parser = parse_permission)]
+        permission: Permission,
+    },
+    /// List a tenant's keys (never the secrets).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke a key by id.
+    Revoke { id: i64 },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ReconcileOutcome {
+    Sent,
+    NotSent,
+}
+
+fn parse_permission(s: &str) -> Result<Permission, String> {
+    s.parse()
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "mail_service=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn operator(storage: &StorageArgs) -> anyhow::Result<MailService> {
+    let store = Store::connect(&storage.storage()).await?;
+    let transport = Transport::File(storage.data_dir.join("outbox"));
+    Ok(MailService::start(
+        store,
+        transport,
+        mail_service::system_clock(),
+        Settings::default(),
+    )
+    .await?)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            let store = Store::connect(&cli.storage.storage()).await?;
+            let transport = args.transport(&cli.storage);
+            tracing::info!(storage = store.backend(), transport = %transport.describe(), listen = %args.listen, "starting");
+            let service = MailService::start(
+                store,
+                transport,
+                mail_service::system_clock(),
+                args.settings(),
+            )
+            .await?;
+            service.sweep().await?;
+            let listener = tokio::net::TcpListener::bind(&args.listen).await?;
+            eprintln!(
+                "mail-service listening on http://{}",
+                listener.local_addr()?
+            );
+            mail_service::serve(
+                listener,
+                service,
+                Duration::from_millis(args.sweep_interval_ms),
+                shutdown_signal(),
+            )
+            .await?;
+        }
+        Command::Tenant(TenantCommand::Create { name, rate_limit }) => {
+            let tenant = operator(&cli.storage)
+                .await?
+                .create_tenant(&name, rate_limit)
+                .await?;
+            println!("{}", serde_json::to_string_pretty(&tenant)?);
+        }
+        Command::Tenant(TenantCommand::List) => {
+            let tenants = operator(&cli.storage).await?.store().list_tenants().await?;
+            println!("{}", serde_json::to_string_pretty(&tenants)?);
+        }
+        Command::Tenant(TenantCommand::SetRateLimit { name, per_minute }) => {
+            anyhow::ensure!(per_minute >= 1, "per_minute: must be at least 1");
+            let service = operator(&cli.storage).await?;
+            anyhow::ensure!(
+                service.store().set_rate_limit(&name, per_minute).await?,
+                "tenant `{name}` not found"
+            );
+            eprintln!("tenant {name}: {per_minute} requests per minute");
+        }
+        Command::Key(KeyCommand::Create {
+            tenant,
+            name,
+            permission,
+        }) => {
+            let (record, secret) = operator(&cli.storage)
+                .await?
+                .create_api_key(&tenant, &name, permission)
+                .await?;
+            eprintln!(
+                "created API key {} ({}) for tenant {tenant}; it is shown once:",
+                record.id, record.permission
+            );
+            println!("{secret}");
+        }
+        Command::Key(KeyCommand::List { tenant }) => {
+            let service = operator(&cli.storage).await?;
+            let tenant = service
+                .store()
+                .find_tenant(&tenant)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("tenant `{tenant}` not found"))?;
+            let keys = service.store().list_api_keys(tenant.id).await?;
+            println!("{}", serde_json::to_string_pretty(&keys)?);
+        }
+        Command::Key(KeyCommand::Revoke { id }) => {
+            operator(&cli.storage).await?.revoke_api_key(id).await?;
+            eprintln!("API key {id} revoked");
+        }
+        Command::Reconcile { email_id, outcome } => {
+            let sent = matches!(outcome, ReconcileOutcome::Sent);
+            operator(&cli.storage)
+                .await?
+                .reconcile(email_id, sent)
+                .await?;
+            eprintln!(
+                "email {email_id} reconciled as {}",
+                if sent { "sent" } else { "failed" }
+            );
+        }
+        Command::SmtpSink { port, mode } => {
+            let sink = SmtpSink::start(port, mode).await?;
+            eprintln!("smtp sink on 127.0.0.1:{} answering {mode:?}", sink.port());
+            shutdown_signal().await;
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,0 +1,311 @@
+//! The handoff to the upstream provider. `handoff` returns one of three
+//! outcomes and never retries: `Accepted` (the provider answered 2xx to the
+//! message), `Rejected` (definitely not accepted: unreachable, or a 4xx/5xx
+//! reply at any step), `Unknown` (the message data was written but no reply
+//! came: connection lost or timeout — the provider may have accepted it).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lettre::message::header::ContentType;
+use lettre::message::header::{HeaderName, HeaderValue};
+use lettre::message::{Attachment, Message, MultiPart, SinglePart};
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
+use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
+
+use crate::model::ValidatedEmail;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SmtpSecurity {
+    /// Plain TCP (loopback relays, tests).
+    None,
+    /// Plain TCP upgraded with STARTTLS (required).
+    Starttls,
+    /// TLS from the first byte (port 465).
+    Tls,
+}
+
+/// Upstream SMTP server. The password never leaves this struct: `Debug`
+/// redacts it and errors never quote it.
+#[derive(Clone)]
+pub struct SmtpConfig {
+    pub host: String,
+    pub port: u16,
+    pub security: SmtpSecurity,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub hello_name: String,
+    /// Bound on each SMTP step, including waiting for the reply to the data.
+    pub timeout: Duration,
+}
+
+impl fmt::Debug for SmtpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SmtpConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("security", &self.security)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("hello_name", &self.hello_name)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Transport {
+    Smtp(SmtpConfig),
+    /// Writes each accepted message to `<dir>/<email id>.eml` (the embedded
+    /// default, so a first send works without an SMTP server).
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handoff {
+    Accepted,
+    Rejected(String),
+    Unknown(String),
+}
+
+/// What the transport needs besides the validated email.
+#[derive(Debug, Clone)]
+pub struct Envelope<'a> {
+    pub email_id: i64,
+    pub message_id: &'a str,
+}
+
+/// `Message-ID` derived from the email id so reconciliation can match what
+/// the provider saw.
+pub fn message_id_for(email_id: i64, email: &ValidatedEmail) -> String {
+    format!("<{email_id}@{}>", email.from.email.domain())
+}
+
+impl Transport {
+    pub fn describe(&self) -> String {
+        match self {
+            Transport::Smtp(c) => format!("smtp://{}:{} ({:?})", c.host, c.port, c.security),
+            Transport::File(dir) => format!("file:{}", dir.display()),
+        }
+    }
+
+    pub async fn handoff(&self, email: &ValidatedEmail, envelope: &Envelope<'_>) -> Handoff {
+        let message = match build_message(email, envelope) {
+            Ok(m) => m,
+            Err(detail) => return Handoff::Rejected(detail),
+        };
+        match self {
+            Transport::File(dir) => write_file(dir, envelope.email_id, &message).await,
+            Transport::Smtp(config) => smtp_handoff(config, &message).await,
+        }
+    }
+}
+
+fn build_message(email: &ValidatedEmail, envelope: &Envelope<'_>) -> Result<Message, String> {
+    let fields = &email.payload.message;
+    let mut builder = Message::builder()
+        .from(email.from.clone())
+        .subject(fields.subject.clone())
+        .message_id(Some(envelope.message_id.to_string()))
+        .date_now();
+    for m in &email.to {
+        builder = builder.to(m.clone());
+    }
+    for m in &email.cc {
+        builder = builder.cc(m.clone());
+    }
+    for m in &email.bcc {
+        builder = builder.bcc(m.clone());
+    }
+    for m in &email.reply_to {
+        builder = builder.reply_to(m.clone());
+    }
+    for (name, value) in fields.headers.iter().flatten() {
+        let name = HeaderName::new_from_ascii(name.clone())
+            .map_err(|_| format!("header `{name}` cannot be encoded"))?;
+        builder = builder.raw_header(HeaderValue::new(name, value.clone()));
+    }
+
+    let text = fields.text.clone();
+    let html = fields.html.clone();
+    let body = match (text, html) {
+        (Some(t), Some(h)) => MultiPart::alternative_plain_html(t, h),
+        (None, Some(h)) => MultiPart::mixed().singlepart(SinglePart::html(h)),
+        (Some(t), None) => MultiPart::mixed().singlepart(SinglePart::plain(t)),
+        (None, None) => MultiPart::mixed().singlepart(SinglePart::plain(String::new())),
+    };
+    let message = if email.attachments.is_empty() {
+        match (&fields.text, &fields.html) {
+            (Some(_), Some(_)) => builder.multipart(body),
+            (None, Some(h)) => builder.singlepart(SinglePart::html(h.clone())),
+            (t, None) => builder.singlepart(SinglePart::plain(t.clone().unwrap_or_default())),
+        }
+    } else {
+        let domain = email.from.email.domain().to_string();
+        let mut mixed = MultiPart::mixed().multipart(body);
+        for a in &email.attachments {
+            let content_type = a
+                .content_type
+                .as_deref()
+                .and_then(|ct| ContentType::parse(ct).ok())
+                .unwrap_or_else(|| {
+                    ContentType::parse("application/octet-stream").expect("static MIME type")
+                });
+            let part = match &a.content_id {
+                Some(cid) => Attachment::new_inline(format!("{cid}@{domain}"))
+                    .body(a.bytes.clone(), content_type),
+                None => Attachment::new(a.filename.clone().unwrap_or_else(|| "attachment".into()))
+                    .body(a.bytes.clone(), content_type),
+            };
+            mixed = mixed.singlepart(part);
+        }
+        builder.multipart(mixed)
+    };
+    message.map_err(|e| format!("message cannot be built: {e}"))
+}
+
+async fn write_file(dir: &std::path::Path, email_id: i64, message: &Message) -> Handoff {
+    let bytes = message.formatted();
+    let tmp = dir.join(format!(".{email_id}.eml.tmp"));
+    let path = dir.join(format!("{email_id}.eml"));
+    let result = async {
+        tokio::fs::create_dir_all(dir).await?;
+        tokio::fs::write(&tmp, &bytes).await?;
+        tokio::fs::rename(&tmp, &path).await
+    }
+    .await;
+    match result {
+        Ok(()) => Handoff::Accepted,
+        Err(e) => Handoff::Rejected(format!("file transport could not write the message: {e}")),
+    }
+}
+
+fn smtp_reply(e: &lettre::transport::smtp::Error) -> Option<String> {
+    if e.is_permanent() || e.is_transient() {
+        let kind = if e.is_permanent() {
+            "rejected"
+        } else {
+            "deferred"
+        };
+        Some(format!("upstream {kind} it: {e}"))
+    } else {
+        None
+    }
+}
+
+async fn step<T>(
+    timeout: Duration,
+    what: &str,
+    f: impl Future<Output = Result<T, lettre::transport::smtp::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(smtp_reply(&e).unwrap_or_else(|| format!("upstream {what} failed: {e}"))),
+        Err(_) => Err(format!("upstream {what} timed out after {timeout:?}")),
+    }
+}
+
+async fn smtp_handoff(config: &SmtpConfig, message: &Message) -> Handoff {
+    let hello = ClientId::Domain(config.hello_name.clone());
+    let tls =
+        || TlsParameters::new(config.host.clone()).map_err(|e| format!("TLS setup failed: {e}"));
+    let wrapper_tls = match config.security {
+        SmtpSecurity::Tls => match tls() {
+            Ok(p) => Some(p),
+            Err(e) => return Handoff::Rejected(e),
+        },
+        _ => None,
+    };
+    // Everything before the message data: a failure means it was not sent.
+    let connected = async {
+        let mut conn = step(
+            config.timeout,
+            "connection",
+            AsyncSmtpConnection::connect_tokio1(
+                (config.host.as_str(), config.port),
+                Some(config.timeout),
+                &hello,
+                wrapper_tls,
+                None,
+            ),
+        )
+        .await?;
+        if config.security == SmtpSecurity::Starttls {
+            let params = tls()?;
+            step(config.timeout, "STARTTLS", conn.starttls(params, &hello)).await?;
+        }
+        if let (Some(user), Some(password)) = (&config.username, &config.password) {
+            let credentials = Credentials::new(user.clone(), password.clone());
+            step(
+                config.timeout,
+                "authentication",
+                conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials),
+            )
+            .await?;
+        }
+        let envelope = message.envelope();
+        let mut options = Vec::new();
+        let non_ascii_address = envelope
+            .from()
+            .into_iter()
+            .chain(envelope.to())
+            .any(|a: &lettre::Address| !AsRef::<str>::as_ref(a).is_ascii());
+        if non_ascii_address {
+            if !conn.server_info().supports_feature(Extension::SmtpUtfEight) {
+                return Err(
+                    "upstream does not support SMTPUTF8 for non-ASCII addresses".to_string()
+                );
+            }
+            options.push(MailParameter::SmtpUtfEight);
+        }
+        let bytes = message.formatted();
+        if !bytes.is_ascii() && conn.server_info().supports_feature(Extension::EightBitMime) {
+            options.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+        }
+        step(
+            config.timeout,
+            "MAIL FROM",
+            conn.command(Mail::new(envelope.from().cloned(), options)),
+        )
+        .await?;
+        for rcpt in envelope.to() {
+            step(
+                config.timeout,
+                "RCPT TO",
+                conn.command(Rcpt::new(rcpt.clone(), vec![])),
+            )
+            .await?;
+        }
+        step(config.timeout, "DATA", conn.command(Data)).await?;
+        Ok((conn, bytes))
+    }
+    .await;
+    let (mut conn, bytes) = match connected {
+        Ok(v) => v,
+        Err(detail) => return Handoff::Rejected(detail),
+    };
+    // From here on the provider may have the message: only an explicit
+    // reply code proves it was not accepted.
+    let outcome = match tokio::time::timeout(config.timeout, conn.message(&bytes)).await {
+        Ok(Ok(_)) => Handoff::Accepted,
+        Ok(Err(e)) => match smtp_reply(&e) {
+            Some(detail) => Handoff::Rejected(detail),
+            None => Handoff::Unknown(format!(
+                "connection lost after the message data was sent: {e}"
+            )),
+        },
+        Err(_) => Handoff::Unknown(format!(
+            "no reply to the message data within {:?}",
+            config.timeout
+        )),
+    };
+    if outcome == Handoff::Accepted {
+        let _ = tokio::time::timeout(config.timeout, conn.quit()).await;
+    } else {
+        let _ = tokio::time::timeout(Duration::from_millis(200), conn.abort()).await;
+    }
+    outcome
+}
