@@ -358,8 +358,142 @@ impl<'h, H: Host + ?Sized> Provider<'h, H> {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+
     use super::*;
     use crate::calendar::days_from_civil;
+    use crate::host::{Document, DocumentError, Invocation, Precondition};
+
+    /// A host that answers binding calls from a script and records them.
+    #[derive(Default)]
+    struct Scripted {
+        answers: RefCell<VecDeque<(u16, &'static str)>>,
+        requests: RefCell<Vec<String>>,
+    }
+
+    impl Scripted {
+        fn new(answers: &[(u16, &'static str)]) -> Self {
+            Self {
+                answers: RefCell::new(answers.iter().copied().collect()),
+                ..Self::default()
+            }
+        }
+
+        fn requests(&self) -> Vec<String> {
+            self.requests.borrow().clone()
+        }
+    }
+
+    impl Host for Scripted {
+        fn invocation(&self) -> Invocation {
+            Invocation::default()
+        }
+        fn send(&self, request: HttpRequest) -> Result<HttpResponse, BindingError> {
+            self.requests
+                .borrow_mut()
+                .push(format!("{} {}", request.method, request.path));
+            let (status, body) = self
+                .answers
+                .borrow_mut()
+                .pop_front()
+                .expect("a scripted answer");
+            Ok(HttpResponse {
+                status,
+                headers: Vec::new(),
+                body: body.as_bytes().to_vec(),
+            })
+        }
+        fn get_document(&self, _: &str, _: &str) -> Result<Option<Document>, DocumentError> {
+            Ok(None)
+        }
+        fn put_document(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: Precondition,
+        ) -> Result<u64, DocumentError> {
+            Ok(1)
+        }
+        fn delete_document(
+            &self,
+            _: &str,
+            _: &str,
+            _: Precondition,
+        ) -> Result<bool, DocumentError> {
+            Ok(false)
+        }
+        fn log(&self, _: LogLevel, _: &str) {}
+    }
+
+    const ID: Uuid = Uuid::from_u128(0x1234_5678_9abc_5def_8123_4567_89ab_cdef);
+
+    #[test]
+    fn a_duplicate_create_converges_on_the_existing_website() {
+        let host = Scripted::new(&[
+            (500, ""),
+            (200, r#"{"name":"Shop","domain":"shop.example.com"}"#),
+        ]);
+        let created = Provider::new(&host).create_website(ID, "Shop", "shop.example.com");
+        assert_eq!(
+            created,
+            Ok(Created::Existing(RemoteWebsite {
+                name: "Shop".into(),
+                domain: "shop.example.com".into()
+            }))
+        );
+        assert_eq!(
+            host.requests(),
+            [
+                "POST /api/websites".to_owned(),
+                format!("GET /api/websites/{ID}")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_create_of_a_still_missing_website_is_unavailable() {
+        let host = Scripted::new(&[(503, "token=abc"), (200, "null")]);
+        let err = Provider::new(&host)
+            .create_website(ID, "Shop", "shop.example.com")
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::ProviderUnavailable);
+        assert_eq!(
+            err.message,
+            "the provider answered HTTP 503 to POST /api/websites"
+        );
+    }
+
+    #[test]
+    fn a_401_lookup_asks_verify_to_tell_missing_from_bad_credentials() {
+        let missing = Scripted::new(&[(401, ""), (200, "{}")]);
+        assert_eq!(Provider::new(&missing).find_website(ID), Ok(None));
+        assert_eq!(
+            missing.requests(),
+            [
+                format!("GET /api/websites/{ID}"),
+                "POST /api/auth/verify".to_owned()
+            ]
+        );
+
+        let revoked = Scripted::new(&[(401, ""), (401, "")]);
+        let err = Provider::new(&revoked).find_website(ID).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ProviderRejected);
+    }
+
+    #[test]
+    fn unusable_answers_are_described_not_copied() {
+        let host = Scripted::new(&[(200, r#"{"token":"leaked-value","pageviews":"#)]);
+        let err = Provider::new(&host).stats(ID, 0, 1).unwrap_err();
+        assert_eq!(err.code, ErrorCode::ProviderRejected);
+        assert_eq!(
+            err.message,
+            format!(
+                "the provider's answer to GET /api/websites/{ID}/stats was unusable: it is not JSON"
+            )
+        );
+    }
 
     fn totals(body: &str) -> Result<Totals, &'static str> {
         parse_stats(body.as_bytes())
