@@ -21,32 +21,37 @@ impl Answer {
 }
 
 fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<Value>) -> Answer {
-    let mut request = ureq::request(method, url);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = ureq::http::Request::builder().method(method).uri(url);
     for (name, value) in headers {
-        request = request.set(name, value);
+        request = request.header(*name, *value);
     }
     let result = match body {
-        Some(body) => request.send_json(body),
-        None => request.call(),
+        Some(body) => agent.run(
+            request
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .unwrap(),
+        ),
+        None => agent.run(request.body(()).unwrap()),
     };
-    let response = match result {
-        Ok(response) => response,
-        Err(ureq::Error::Status(_, response)) => response,
-        Err(e) => panic!("{method} {url}: {e}"),
-    };
-    let header = response
-        .headers_names()
-        .into_iter()
-        .map(|n| {
-            let v = response.header(&n).unwrap_or_default().to_owned();
-            (n, v)
-        })
+    let mut response = result.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let header: Vec<(String, String)> = response
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or_default().to_owned()))
         .collect();
     Answer {
-        status: response.status(),
-        content_type: response.header("content-type").map(str::to_owned),
+        status: response.status().as_u16(),
+        content_type: response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned()),
         header,
-        body: response.into_string().unwrap(),
+        body: response.body_mut().read_to_string().unwrap(),
     }
 }
 

@@ -7,7 +7,6 @@
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -119,9 +118,11 @@ impl TestHost {
             },
             base_url,
             secret: SECRET.into(),
-            agent: ureq::AgentBuilder::new()
-                .timeout(Duration::from_millis(700))
-                .build(),
+            agent: ureq::Agent::config_builder()
+                .timeout_global(Some(Duration::from_millis(700)))
+                .http_status_as_error(false)
+                .build()
+                .into(),
             documents: Arc::new(Documents::default()),
             logs: Mutex::new(Vec::new()),
             sent: Mutex::new(Vec::new()),
@@ -175,19 +176,42 @@ impl TestHost {
     }
 }
 
-fn transport_error(error: &ureq::Transport) -> BindingError {
-    let timed_out = std::error::Error::source(error)
-        .and_then(|e| e.downcast_ref::<std::io::Error>())
-        .is_some_and(|e| {
-            matches!(
-                e.kind(),
-                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-            )
-        });
+fn transport_error(error: &ureq::Error) -> BindingError {
+    let timed_out = match error {
+        ureq::Error::Timeout(_) => true,
+        ureq::Error::Io(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        ),
+        _ => false,
+    };
     if timed_out {
         BindingError::Timeout("the origin did not answer in time".into())
     } else {
         BindingError::Unavailable("the origin could not be reached".into())
+    }
+}
+
+impl TestHost {
+    /// Sends `request` to `url` with the binding's credential added.
+    fn run(
+        &self,
+        request: &HttpRequest,
+        url: &str,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        let mut builder = ureq::http::Request::builder()
+            .method(request.method.as_str())
+            .uri(url)
+            .header("Authorization", format!("Bearer {}", self.secret));
+        for (name, value) in &request.headers {
+            builder = builder.header(name, value);
+        }
+        match &request.body {
+            Some(body) => self
+                .agent
+                .run(builder.body(body.clone()).map_err(ureq::Error::Http)?),
+            None => self.agent.run(builder.body(()).map_err(ureq::Error::Http)?),
+        }
     }
 }
 
@@ -222,35 +246,22 @@ impl Host for TestHost {
             Some(query) => format!("{base_url}{}?{query}", request.path),
             None => format!("{base_url}{}", request.path),
         };
-        let mut call = self
-            .agent
-            .request(&request.method, &url)
-            .set("Authorization", &format!("Bearer {}", self.secret));
-        for (name, value) in &request.headers {
-            call = call.set(name, value);
-        }
-        let result = match &request.body {
-            Some(body) => call.send_bytes(body),
-            None => call.call(),
-        };
-        let response = match result {
-            Ok(response) | Err(ureq::Error::Status(_, response)) => response,
-            Err(ureq::Error::Transport(transport)) => return Err(transport_error(&transport)),
-        };
-        let status = response.status();
+        let mut response = self.run(&request, &url).map_err(|e| transport_error(&e))?;
+        let status = response.status().as_u16();
         let headers = response
-            .headers_names()
-            .into_iter()
-            .map(|name| {
-                let value = response.header(&name).unwrap_or_default().to_owned();
-                (name, value)
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.to_string(),
+                    value.to_str().unwrap_or_default().to_owned(),
+                )
             })
             .collect();
-        let mut body = Vec::new();
-        response
-            .into_reader()
-            .read_to_end(&mut body)
-            .map_err(|_| BindingError::Timeout("the body did not arrive in time".into()))?;
+        let body = response
+            .body_mut()
+            .read_to_vec()
+            .map_err(|e| transport_error(&e))?;
         Ok(HttpResponse {
             status,
             headers,
