@@ -9,6 +9,10 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
+/// Recipients whose address contains this are refused at `RCPT TO` (550),
+/// whatever the mode: a way to make one item of a batch fail.
+pub const REJECTED_MAILBOX_MARK: &str = "reject-me";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SinkMode {
     /// 250 after the data: the message is accepted.
@@ -145,8 +149,15 @@ async fn session(
             rcpt_to.clear();
             write.write_all(b"250 OK\r\n").await?;
         } else if upper.starts_with("RCPT TO:") {
-            rcpt_to.push(line.trim_end()[8..].trim().to_string());
-            write.write_all(b"250 OK\r\n").await?;
+            let rcpt = line.trim_end()[8..].trim().to_string();
+            if rcpt.contains(REJECTED_MAILBOX_MARK) {
+                write
+                    .write_all(b"550 5.1.1 Mailbox unavailable\r\n")
+                    .await?;
+            } else {
+                rcpt_to.push(rcpt);
+                write.write_all(b"250 OK\r\n").await?;
+            }
         } else if upper == "DATA" {
             write
                 .write_all(b"354 End data with <CR><LF>.<CR><LF>\r\n")

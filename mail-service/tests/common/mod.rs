@@ -1,0 +1,406 @@
+//! Test harness: an app on a fresh SQLite file or a fresh PostgreSQL schema,
+//! requests through the router in process, and server processes for the
+//! multi-process and crash stories.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Request};
+use mail_service::clock::ManualClock;
+use mail_service::service::{MailService, Settings};
+use mail_service::store::{Permission, StorageConfig, Store};
+use mail_service::transport::{SmtpConfig, SmtpSecurity, Transport};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+/// PostgreSQL used by the tests; override with this variable.
+pub const PG_URL_VAR: &str = "MAIL_TEST_DATABASE_URL";
+pub const PG_DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+pub fn pg_url() -> String {
+    std::env::var(PG_URL_VAR).unwrap_or_else(|_| PG_DEFAULT_URL.to_string())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs each listed `async fn name(backend: Backend)` once per backend.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+/// An isolated database: a SQLite file in a temporary directory, or a
+/// PostgreSQL schema dropped when this is dropped.
+pub struct TestDb {
+    pub dir: tempfile::TempDir,
+    pub storage: StorageConfig,
+    pub schema: Option<String>,
+}
+
+impl TestDb {
+    pub fn new(backend: Backend) -> TestDb {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        match backend {
+            Backend::Sqlite => TestDb {
+                storage: StorageConfig::Sqlite {
+                    path: dir.path().join("mail.db"),
+                },
+                dir,
+                schema: None,
+            },
+            Backend::Postgres => {
+                let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+                TestDb {
+                    storage: StorageConfig::Postgres {
+                        url: pg_url(),
+                        schema: Some(schema.clone()),
+                        max_connections: 8,
+                    },
+                    dir,
+                    schema: Some(schema),
+                }
+            }
+        }
+    }
+
+    pub async fn store(&self) -> Store {
+        match Store::connect(&self.storage).await {
+            Ok(s) => s,
+            Err(e) => panic!(
+                "cannot open the test database ({e:#}). PostgreSQL tests need a server at {} (set {PG_URL_VAR} to another URL)",
+                pg_url()
+            ),
+        }
+    }
+
+    /// Environment for a `mail-service` process using this database.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![(
+            "MAIL_DATA_DIR".to_string(),
+            self.dir.path().display().to_string(),
+        )];
+        if let Some(schema) = &self.schema {
+            env.push(("DATABASE_URL".into(), pg_url()));
+            env.push(("MAIL_DATABASE_SCHEMA".into(), schema.clone()));
+        }
+        env
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(schema) = self.schema.clone() else {
+            return;
+        };
+        // Drop from a separate thread with its own runtime: this may run
+        // inside (or after) the test's runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok(pool) = sqlx::PgPool::connect(&pg_url()).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP SCHEMA IF EXISTS {schema} CASCADE"
+                    )))
+                    .execute(&pool)
+                    .await;
+                    pool.close().await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+pub fn smtp(port: u16, timeout: Duration) -> Transport {
+    Transport::Smtp(SmtpConfig {
+        host: "127.0.0.1".into(),
+        port,
+        security: SmtpSecurity::None,
+        username: Some("relay-user".into()),
+        password: Some("relay-password-S3CRET".into()),
+        hello_name: "test.local".into(),
+        timeout,
+    })
+}
+
+pub struct TestApp {
+    pub db: TestDb,
+    pub service: MailService,
+    pub router: Router,
+    pub clock: ManualClock,
+    pub full_key: String,
+    pub send_key: String,
+    pub outbox: PathBuf,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn name(&self) -> &str {
+        self.body["name"].as_str().unwrap_or_default()
+    }
+
+    pub fn message(&self) -> &str {
+        self.body["message"].as_str().unwrap_or_default()
+    }
+
+    #[track_caller]
+    pub fn expect(&self, status: u16, name: &str) -> &Self {
+        assert_eq!(
+            (self.status, self.name()),
+            (status, name),
+            "unexpected answer: {}",
+            self.body
+        );
+        self
+    }
+}
+
+impl TestApp {
+    /// An app with the file transport.
+    pub async fn start(backend: Backend) -> TestApp {
+        Self::with(backend, None, Settings::default()).await
+    }
+
+    pub async fn with(
+        backend: Backend,
+        transport: Option<Transport>,
+        settings: Settings,
+    ) -> TestApp {
+        let db = TestDb::new(backend);
+        let store = db.store().await;
+        let outbox = db.dir.path().join("outbox");
+        let transport = transport.unwrap_or_else(|| Transport::File(outbox.clone()));
+        let clock = ManualClock::starting_now();
+        let service = MailService::start(store, transport, Arc::new(clock.clone()), settings)
+            .await
+            .expect("service starts");
+        let (_, full_key) = service
+            .create_api_key("acme", "ops", Permission::FullAccess)
+            .await
+            .expect("full key");
+        let (_, send_key) = service
+            .create_api_key("acme", "app", Permission::SendingAccess)
+            .await
+            .expect("sending key");
+        // Most stories send more than 120 requests a minute; the rate-limit
+        // story sets the default back.
+        service
+            .store()
+            .set_rate_limit("acme", 1_000_000)
+            .await
+            .expect("rate limit");
+        let router = mail_service::http::router(service.clone());
+        TestApp {
+            db,
+            service,
+            router,
+            clock,
+            full_key,
+            send_key,
+            outbox,
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Resp {
+        let mut req = Request::builder().method(method).uri(path);
+        if let Some(key) = key {
+            req = req.header("authorization", format!("Bearer {key}"));
+        }
+        let has_body = body.is_some();
+        if has_body
+            && !headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+        {
+            req = req.header("content-type", "application/json");
+        }
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        let req = req
+            .body(body.map(Body::from).unwrap_or_else(Body::empty))
+            .expect("request");
+        let response = self.router.clone().oneshot(req).await.expect("infallible");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)))
+        };
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn send(&self, body: &Value) -> Resp {
+        self.call(
+            "POST",
+            "/emails",
+            Some(&self.send_key),
+            &[],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    pub async fn send_with_key(&self, idempotency_key: &str, body: &Value) -> Resp {
+        self.call(
+            "POST",
+            "/emails",
+            Some(&self.send_key),
+            &[("idempotency-key", idempotency_key)],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    pub async fn batch(&self, headers: &[(&str, &str)], body: &Value) -> Resp {
+        self.call(
+            "POST",
+            "/emails/batch",
+            Some(&self.send_key),
+            headers,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        self.call("GET", path, Some(&self.full_key), &[], None)
+            .await
+    }
+
+    /// Messages written by the file transport.
+    pub fn outbox_count(&self) -> usize {
+        std::fs::read_dir(&self.outbox)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".eml"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+}
+
+pub fn email() -> Value {
+    json!({
+        "from": "Acme <billing@acme.test>",
+        "to": ["ada@example.test"],
+        "subject": "Your invoice",
+        "text": "Thanks!",
+    })
+}
+
+/// A `mail-service serve` process on a free loopback port.
+pub struct ServerProcess {
+    pub child: Child,
+    pub base: String,
+}
+
+impl ServerProcess {
+    pub fn start(env: &[(String, String)], extra: &[(&str, String)]) -> ServerProcess {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mail-service"));
+        cmd.arg("serve")
+            .env("MAIL_LISTEN", "127.0.0.1:0")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("mail-service binary starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("mail-service listening on ") {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(addr.to_string());
+                    }
+                } else if line.starts_with("error") {
+                    eprintln!("server: {line}");
+                }
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("server printed its address within 30 s");
+        ServerProcess { child, base }
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}
