@@ -289,6 +289,8 @@ fn submit(app: App, input: SiteInput) {
                     format!("Saved. Tracking is set up for {}.", config.domain),
                 );
                 show_configuration(app, config);
+                // The form is gone; keep focus next to where it was.
+                focus_after_render("edit-site");
                 load_stats(app).await;
             }
             Err(Failure::StaleGeneration) => {
