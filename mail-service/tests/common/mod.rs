@@ -248,43 +248,8 @@ impl TestApp {
         headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
     ) -> Resp {
-        let mut req = Request::builder().method(method).uri(path);
-        if let Some(key) = key {
-            req = req.header("authorization", format!("Bearer {key}"));
-        }
-        let has_body = body.is_some();
-        if has_body
-            && !headers
-                .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
-        {
-            req = req.header("content-type", "application/json");
-        }
-        for (n, v) in headers {
-            req = req.header(*n, *v);
-        }
-        let req = req
-            .body(body.map(Body::from).unwrap_or_else(Body::empty))
-            .expect("request");
-        let response = self.router.clone().oneshot(req).await.expect("infallible");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .expect("body");
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)))
-        };
-        Resp {
-            status,
-            headers,
-            body,
-        }
+        call_router(self.router.clone(), method, path, key, headers, body).await
     }
-
     pub async fn send(&self, body: &Value) -> Resp {
         self.call(
             "POST",
@@ -332,6 +297,50 @@ impl TestApp {
                     .count()
             })
             .unwrap_or(0)
+    }
+}
+
+pub async fn call_router(
+    router: Router,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Resp {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(key) = key {
+        req = req.header("authorization", format!("Bearer {key}"));
+    }
+    let has_body = body.is_some();
+    if has_body
+        && !headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    {
+        req = req.header("content-type", "application/json");
+    }
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let req = req
+        .body(body.map(Body::from).unwrap_or_else(Body::empty))
+        .expect("request");
+    let response = router.oneshot(req).await.expect("infallible");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)))
+    };
+    Resp {
+        status,
+        headers,
+        body,
     }
 }
 
