@@ -1,0 +1,427 @@
+//! The API as a client sees it: authentication and permissions, the error
+//! body on every path, request logs, the shared rate limit, the OpenAPI
+//! document, secrets that never leak, and the operator's first steps.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Backend, ServerProcess, TestApp, TestDb, email, http_client};
+use mail_service::service::{MailService, Settings};
+use mail_service::store::Permission;
+use serde_json::{Value, json};
+
+fn redacted(mut body: Value) -> Value {
+    body["request_id"] = json!("[request_id]");
+    body
+}
+
+async fn authentication_and_permissions(b: Backend) {
+    let app = TestApp::start(b).await;
+    let body = Some(email().to_string().into_bytes());
+    let send = |headers: Vec<(&'static str, String)>| {
+        let body = body.clone();
+        let app = &app;
+        async move {
+            let h: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            app.call("POST", "/emails", None, &h, body).await
+        }
+    };
+    send(vec![]).await.expect(401, "missing_api_key");
+    send(vec![("authorization", "Basic dXNlcjpwdw==".into())])
+        .await
+        .expect(401, "missing_api_key");
+    send(vec![("authorization", "Bearer ".into())])
+        .await
+        .expect(401, "missing_api_key");
+    send(vec![("authorization", "Bearer re_wrongprefix".into())])
+        .await
+        .expect(401, "invalid_api_key");
+    send(vec![("authorization", "Bearer ms_0000".into())])
+        .await
+        .expect(401, "invalid_api_key");
+
+    // sending_access sends but cannot read; full_access does both.
+    app.send(&email()).await.expect(200, "");
+    app.call("GET", "/logs", Some(&app.send_key), &[], None)
+        .await
+        .expect(403, "restricted_api_key");
+    app.call("POST", "/emails", Some(&app.full_key), &[], body.clone())
+        .await
+        .expect(200, "");
+
+    // A revoked key is refused at once.
+    let (record, key) = app
+        .service
+        .create_api_key("acme", "temp", Permission::FullAccess)
+        .await
+        .unwrap();
+    app.call("GET", "/logs", Some(&key), &[], None)
+        .await
+        .expect(200, "");
+    app.service.revoke_api_key(record.id).await.unwrap();
+    app.call("GET", "/logs", Some(&key), &[], None)
+        .await
+        .expect(401, "invalid_api_key");
+
+    // Another tenant cannot see this tenant's email.
+    let id = app.send(&email()).await.body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, other) = app
+        .service
+        .create_api_key("globex", "ops", Permission::FullAccess)
+        .await
+        .unwrap();
+    app.call("GET", &format!("/emails/{id}"), Some(&other), &[], None)
+        .await
+        .expect(404, "not_found");
+}
+
+async fn error_body_on_every_path(b: Backend) {
+    let app = TestApp::start(b).await;
+    let cases = [
+        ("GET", "/nope", None),
+        ("DELETE", "/emails", Some(app.full_key.as_str())),
+        ("PATCH", "/emails/1", Some(app.full_key.as_str())),
+        ("POST", "/domains/1/verify", Some(app.full_key.as_str())),
+        ("GET", "/analytics", Some(app.full_key.as_str())),
+        ("POST", "/suppressions", None),
+        ("GET", "/v1/nope", None),
+    ];
+    for (method, path, key) in cases {
+        let resp = app.call(method, path, key, &[], None).await;
+        resp.expect(404, "not_found");
+        assert_eq!(resp.body["statusCode"], 404);
+        assert_eq!(
+            resp.body["request_id"].as_str(),
+            resp.header("x-request-id"),
+            "{method} {path}"
+        );
+    }
+    // The versioned base path serves the same API.
+    app.call(
+        "POST",
+        "/v1/emails",
+        Some(&app.send_key),
+        &[],
+        Some(email().to_string().into_bytes()),
+    )
+    .await
+    .expect(200, "");
+
+    let mut bad = email();
+    bad["to"] = json!(["ada@example.test", "not-an-address"]);
+    insta::assert_json_snapshot!("validation_error", redacted(app.send(&bad).await.body));
+    insta::assert_json_snapshot!(
+        "not_found",
+        redacted(app.call("GET", "/nope", None, &[], None).await.body)
+    );
+    insta::assert_json_snapshot!(
+        "missing_api_key",
+        redacted(app.call("GET", "/logs", None, &[], None).await.body)
+    );
+}
+
+async fn request_logs_with_cursor_and_filters(b: Backend) {
+    let app = TestApp::start(b).await;
+    for _ in 0..3 {
+        app.send(&email()).await.expect(200, "");
+    }
+    app.call("GET", "/nope", Some(&app.send_key), &[], None)
+        .await
+        .expect(404, "not_found");
+    app.call("GET", "/logs", None, &[], None)
+        .await
+        .expect(401, "missing_api_key");
+
+    // Newest first; the listing request itself is unfinished (status 0).
+    let first = app.get("/logs?limit=2").await;
+    first.expect(200, "");
+    let entries = first.body["data"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(
+        (entries[0]["method"].as_str(), entries[0]["status"].as_i64()),
+        (Some("GET"), Some(0))
+    );
+    assert_eq!(
+        (entries[1]["path"].as_str(), entries[1]["status"].as_i64()),
+        (Some("/nope"), Some(404))
+    );
+    let cursor = first.body["nextCursor"].as_str().unwrap().to_string();
+    assert!(cursor.len() <= 200);
+
+    let second = app.get(&format!("/logs?limit=2&cursor={cursor}")).await;
+    let id_of = |e: &Value| e["id"].as_str().unwrap().parse::<i64>().unwrap();
+    let older: Vec<i64> = second.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(id_of)
+        .collect();
+    assert_eq!(older.len(), 2);
+    assert!(
+        older.iter().all(|id| *id < id_of(&entries[1])),
+        "the next page continues after the cursor"
+    );
+
+    let posts = app.get("/logs?method=POST&status=200&limit=100").await;
+    let posts = posts.body["data"].as_array().unwrap();
+    assert_eq!(
+        posts.len(),
+        3,
+        "the unauthenticated request is not the tenant's"
+    );
+    assert!(
+        posts
+            .iter()
+            .all(|e| e["method"] == "POST" && e["status"] == 200 && e["duration_ms"].is_i64())
+    );
+    let unfinished = app.get("/logs?status=0").await;
+    assert_eq!(unfinished.body["data"].as_array().unwrap().len(), 1);
+    assert!(unfinished.body["nextCursor"].is_null());
+
+    let one = posts[0]["id"].as_str().unwrap();
+    let entry = app.get(&format!("/logs/{one}")).await;
+    entry.expect(200, "");
+    assert_eq!(entry.body["path"], "/emails");
+    app.get("/logs/123").await.expect(404, "not_found");
+    for bad in ["method=TRACE", "status=abc", "status=700", "verbose=1"] {
+        app.get(&format!("/logs?{bad}"))
+            .await
+            .expect(422, "validation_error");
+    }
+}
+
+async fn rate_limit_is_per_tenant_and_shared_by_nodes(b: Backend) {
+    let app = TestApp::start(b).await;
+    app.service
+        .store()
+        .set_rate_limit("acme", 120)
+        .await
+        .unwrap();
+    // A second node on the same database counts in the same window.
+    let second = MailService::start(
+        app.db.store().await,
+        mail_service::transport::Transport::File(app.outbox.clone()),
+        std::sync::Arc::new(app.clock.clone()),
+        Settings::default(),
+    )
+    .await
+    .unwrap();
+    let second = mail_service::http::router(second);
+    for i in 0..120 {
+        let router = if i % 2 == 0 {
+            app.router.clone()
+        } else {
+            second.clone()
+        };
+        let resp = common::call_router(
+            router,
+            "GET",
+            "/logs?limit=1",
+            Some(&app.full_key),
+            &[],
+            None,
+        )
+        .await;
+        resp.expect(200, "");
+        assert_eq!(resp.header("ratelimit-limit"), Some("120"));
+        assert_eq!(
+            resp.header("ratelimit-remaining"),
+            Some((119 - i).to_string().as_str())
+        );
+    }
+    let refused = app.send(&email()).await;
+    refused.expect(429, "rate_limit_exceeded");
+    let retry: i64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry));
+    assert_eq!(refused.header("ratelimit-remaining"), Some("0"));
+    // Another tenant has its own budget.
+    let (_, other) = app
+        .service
+        .create_api_key("globex", "ops", Permission::FullAccess)
+        .await
+        .unwrap();
+    app.call("GET", "/logs", Some(&other), &[], None)
+        .await
+        .expect(200, "");
+    // The next window starts fresh.
+    app.clock.advance_ms(60_000);
+    app.send(&email()).await.expect(200, "");
+    // The operator's setting applies at once.
+    app.service.store().set_rate_limit("acme", 2).await.unwrap();
+    app.clock.advance_ms(60_000);
+    app.send(&email()).await.expect(200, "");
+    app.send(&email()).await.expect(200, "");
+    app.send(&email()).await.expect(429, "rate_limit_exceeded");
+}
+
+async fn openapi_document_matches_the_routes(b: Backend) {
+    let app = TestApp::start(b).await;
+    let doc = app.call("GET", "/openapi.json", None, &[], None).await;
+    doc.expect(200, "");
+    let paths: Vec<&String> = doc.body["paths"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        paths,
+        [
+            "/emails",
+            "/emails/batch",
+            "/emails/{id}",
+            "/logs",
+            "/logs/{id}"
+        ]
+    );
+    // Every documented operation exists (it asks for a key, it is not 404).
+    for (path, item) in doc.body["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let concrete = path.replace("{id}", "1");
+            let resp = app
+                .call(&method.to_uppercase(), &concrete, None, &[], None)
+                .await;
+            resp.expect(401, "missing_api_key");
+        }
+    }
+    // The request schema lists exactly the properties validation accepts.
+    let schemas = &doc.body["components"]["schemas"];
+    let mut documented: Vec<String> = schemas["MessageFields"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    documented.sort();
+    let mut accepted: Vec<String> = mail_service::model::MESSAGE_FIELDS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    accepted.sort();
+    assert_eq!(documented, accepted);
+    let email_doc = schemas["EmailPayload"].to_string();
+    assert!(email_doc.contains("attachments") && email_doc.contains("MessageFields"));
+}
+
+async fn secrets_never_leak(b: Backend) {
+    let app = TestApp::start(b).await;
+    app.send(&email()).await.expect(200, "");
+    let wrong = format!("{}x", app.full_key);
+    let refused = app.call("GET", "/logs", Some(&wrong), &[], None).await;
+    refused.expect(401, "invalid_api_key");
+    let logs = app.get("/logs?limit=100").await;
+    for text in [refused.body.to_string(), logs.body.to_string()] {
+        assert!(
+            !text.contains(&app.full_key)
+                && !text.contains(&app.send_key)
+                && !text.contains(&wrong)
+        );
+    }
+    // Only hashes are stored.
+    let keys = app
+        .service
+        .store()
+        .list_api_keys(
+            app.service
+                .authenticate(&app.full_key)
+                .await
+                .unwrap()
+                .tenant_id,
+        )
+        .await
+        .unwrap();
+    assert!(keys.iter().all(|k| k.key_prefix.len() < 12));
+    if b == Backend::Sqlite {
+        for file in ["mail.db", "mail.db-wal"] {
+            let bytes = std::fs::read(app.db.dir.path().join(file)).unwrap_or_default();
+            let needle = app.full_key.as_bytes();
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "raw key found in {file}"
+            );
+        }
+    }
+    let transport = common::smtp(25, std::time::Duration::from_secs(1));
+    let debug = format!("{transport:?}");
+    assert!(!debug.contains("relay-password") && debug.contains("<redacted>"));
+}
+
+async fn operator_first_steps_with_the_cli(b: Backend) {
+    let db = TestDb::new(b);
+    let bin = env!("CARGO_BIN_EXE_mail-service");
+    let run = |args: &[&str]| {
+        let out = Command::new(bin)
+            .args(args)
+            .envs(db.env())
+            .output()
+            .expect("cli runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (key, _) = run(&[
+        "key",
+        "create",
+        "--tenant",
+        "demo",
+        "--permission",
+        "sending_access",
+    ]);
+    let key = key.trim().to_string();
+    assert!(key.starts_with("ms_") && key.len() > 40);
+    let (tenants, _) = run(&["tenant", "list"]);
+    let tenants: Value = serde_json::from_str(&tenants).unwrap();
+    assert_eq!(
+        tenants[0]["rate_limit_per_minute"], 120,
+        "the default limit"
+    );
+    run(&["tenant", "set-rate-limit", "demo", "600"]);
+    let (listed, _) = run(&["key", "list", "--tenant", "demo"]);
+    assert!(!listed.contains(&key), "listing never shows secrets");
+
+    let server = ServerProcess::start(&db.env(), &[]);
+    let resp = http_client()
+        .post(format!("{}/emails", server.base))
+        .bearer_auth(&key)
+        .json(&json!({"from": "you@example.com", "to": "friend@example.com", "subject": "Hello", "text": "It works"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers()["ratelimit-limit"], "600");
+    let id = resp.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let eml =
+        std::fs::read_to_string(db.dir.path().join("outbox").join(format!("{id}.eml"))).unwrap();
+    assert!(eml.contains("Subject: Hello") && eml.contains(&format!("<{id}@example.com>")));
+
+    let (listed, _) = run(&["key", "list", "--tenant", "demo"]);
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let key_id = listed[0]["id"].to_string();
+    run(&["key", "revoke", &key_id]);
+    let resp = http_client()
+        .post(format!("{}/emails", server.base))
+        .bearer_auth(&key)
+        .json(&email())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+}
+
+on_both_backends!(
+    authentication_and_permissions,
+    error_body_on_every_path,
+    request_logs_with_cursor_and_filters,
+    rate_limit_is_per_tenant_and_shared_by_nodes,
+    openapi_document_matches_the_routes,
+    secrets_never_leak,
+    operator_first_steps_with_the_cli,
+);
