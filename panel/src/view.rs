@@ -338,7 +338,7 @@ fn StatsBody(stats: Stats) -> impl IntoView {
     let empty_note = no_traffic.then(|| {
         view! {
             <p class="empty-note">
-                "No page views yet. Once the tracking script below is on your site, visits show up here within a few minutes."
+                "No page views in the last seven days. Once the tracking script below is in your site's layout, visits show up here within a few minutes."
             </p>
         }
     });
