@@ -1,1 +1,89 @@
-fn main() {}
+//! `cargo xtask`: the project's automation, in Rust.
+//!
+//! Run `cargo xtask --help` for the commands. Each command sets up what it
+//! needs (the WebAssembly toolchain included) and says what it is doing.
+
+mod guests;
+mod panel;
+mod release;
+mod run;
+mod test;
+mod toolchain;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Build, release and test the workspace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Find (or install) a toolchain that can build WebAssembly and say which.
+    Toolchain,
+    /// Build the guest components (plugin, test extension) into target/guests.
+    Guests {
+        /// Only these packages (default: every guest).
+        packages: Vec<String>,
+    },
+    /// Build the panel's browser bundle into target/guests/panel.
+    Panel,
+    /// Build the plugin and the panel and write a signed release.
+    Release(release::Args),
+    /// Check that the plugin component builds to the same bytes from scratch.
+    Reproducible,
+    /// Run every test: build what tests need, then the whole test suite.
+    Test(test::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Toolchain => toolchain::WasmToolchain::detect().map(|tc| {
+            println!("{}", tc.describe());
+        }),
+        Command::Guests { packages } => {
+            guests::build(&toolchain::WasmToolchain::detect_or_exit(), &packages).map(|_| ())
+        }
+        Command::Panel => panel::build(&toolchain::WasmToolchain::detect_or_exit()).map(|_| ()),
+        Command::Release(args) => release::run(&args),
+        Command::Reproducible => {
+            guests::check_reproducible(&toolchain::WasmToolchain::detect_or_exit())
+        }
+        Command::Test(args) => test::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate).
+pub fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace root")
+}
+
+/// `<workspace>/target`, where guest artifacts go whatever CARGO_TARGET_DIR
+/// says, so tests find them at one known place.
+pub fn target_root() -> PathBuf {
+    workspace_root().join("target")
+}
+
+/// Prints a numbered step, so long commands show where they are.
+pub fn step(message: impl std::fmt::Display) {
+    println!("==> {message}");
+}

@@ -25,7 +25,7 @@ pub use manifest::{
 pub use pattern::{PathPattern, PatternError};
 pub use release::{
     MANIFEST_FILE, ReleaseBundle, SIGNATURE_FILE, VerifiedRelease, VerifyError, WrittenRelease,
-    write_release,
+    sign_manifest, write_release,
 };
 pub use signing::{KeyError, KeyId, PublicKey, PublisherKey, TrustStore};
 

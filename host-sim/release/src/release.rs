@@ -108,6 +108,11 @@ fn signature_line(key_id: KeyId, signature: &[u8; 64]) -> String {
     format!("ed25519 {key_id} {}\n", BASE64.encode(signature))
 }
 
+/// The text of `manifest.toml.sig` for `manifest_bytes` signed by `key`.
+pub fn sign_manifest(manifest_bytes: &[u8], key: &PublisherKey) -> String {
+    signature_line(key.public().key_id(), &key.sign(manifest_bytes))
+}
+
 fn parse_signature(text: &str) -> Option<(KeyId, [u8; 64])> {
     let mut parts = text.split_whitespace();
     if parts.next()? != "ed25519" {
@@ -173,7 +178,6 @@ pub fn write_release(
     let text = release_manifest_text(source_manifest, &digests);
     // The written manifest must itself be valid (it is what hosts parse).
     Manifest::from_toml(&text)?;
-    let signature = key.sign(text.as_bytes());
     let key_id = key.public().key_id();
 
     let io = |path: &Path| {
@@ -194,7 +198,7 @@ pub fn write_release(
     let manifest_path = out_dir.join(MANIFEST_FILE);
     std::fs::write(&manifest_path, &text).map_err(io(&manifest_path))?;
     let sig_path = out_dir.join(SIGNATURE_FILE);
-    std::fs::write(&sig_path, signature_line(key_id, &signature)).map_err(io(&sig_path))?;
+    std::fs::write(&sig_path, sign_manifest(text.as_bytes(), key)).map_err(io(&sig_path))?;
     Ok(WrittenRelease {
         dir: out_dir.to_owned(),
         key_id,
