@@ -85,3 +85,31 @@ pub struct PanelActions {
     /// Copy the tracking script to the clipboard.
     pub copy: Callback<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_map_to_what_helps() {
+        assert_eq!(
+            Problem::from_failure(&Failure::StaleGeneration),
+            Problem::StaleGeneration
+        );
+        assert_eq!(
+            Problem::from_failure(&Failure::ProviderUnavailable),
+            Problem::ProviderDown
+        );
+        assert_eq!(
+            Problem::from_failure(&Failure::Other {
+                code: "forbidden".into(),
+                message: "The extension is not granted to this project.".into()
+            }),
+            Problem::Error("The extension is not granted to this project.".into())
+        );
+        assert!(matches!(
+            Problem::from_failure(&Failure::Network),
+            Problem::Error(message) if message.contains("could not be reached")
+        ));
+    }
+}
