@@ -1,0 +1,512 @@
+//! Capability `http:<binding>`: host-granted outbound HTTP.
+//!
+//! - **Declared** in the manifest as `[capabilities.http.<binding>]` with
+//!   `allow` rules (method + path pattern, `{name}` = one path segment).
+//! - **Granted** per invocation by the operator: the extension's grant to the
+//!   project, the approval of `http:<binding>` for the installed release, and
+//!   the project's binding (origin, secret, auth style, timeout).
+//! - **Implemented** by [`http_binding::Host::send`] below.
+//! - **Enforced** in exactly one function, [`authorize`]: every call is
+//!   checked there, at call time, before anything leaves the host.
+//!
+//! The secret is read from the state only inside [`authorize`]'s result and
+//! used only by [`send`] for the auth header and for redaction. Errors and
+//! logs name the binding, method and path, never the secret or a URL.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use ureq::http;
+
+use crate::bindings::platform::extension::http_binding::{self, BindingError, Request, Response};
+use crate::runtime::InvocationState;
+use crate::secret::{Secret, redact_bytes, redact_str};
+use crate::spec::http_capability;
+use crate::state::{AuthStyle, Binding};
+
+/// Methods a guest may use.
+const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// Request headers a guest may never set (the binding's auth header is
+/// added to this list per binding).
+const REFUSED_REQUEST_HEADERS: &[&str] = &[
+    "authorization",
+    "cookie",
+    "host",
+    "x-umami-api-key",
+    "proxy-authorization",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+];
+
+/// Response headers that could carry credentials; never shown to a guest.
+fn is_credential_header(name: &str, auth_header: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "set-cookie"
+        || name == "set-cookie2"
+        || name == "cookie"
+        || name == "authorization"
+        || name == "www-authenticate"
+        || name == "x-umami-api-key"
+        || name.starts_with("proxy-")
+        || name == auth_header
+}
+
+/// A call that passed [`authorize`]: everything [`send`] needs.
+pub(crate) struct AuthorizedCall {
+    binding: Binding,
+    method: String,
+    path: String,
+    query: Option<String>,
+    headers: Vec<(String, String)>,
+    body: Option<Vec<u8>>,
+    timeout: Duration,
+    max_bytes: usize,
+}
+
+/// The one place that decides whether a binding call may go out: budget,
+/// grant (now, not at invocation start), declaration and approval of
+/// `http:<binding>`, request shape, allow rule, project binding, deadline
+/// and response budget.
+pub(crate) fn authorize(
+    state: &mut InvocationState,
+    request: Request,
+) -> wasmtime::Result<Result<AuthorizedCall, BindingError>> {
+    state.charge_host_call()?;
+    let scope = state.scope.clone();
+    let name = request.binding.as_str();
+    let what = format!(
+        "binding {name}: {} {}",
+        request.method,
+        printable(&request.path)
+    );
+
+    let capability = http_capability(name);
+    let (granted, approved) = match state.state.call_time_check(
+        &scope.extension_id,
+        &scope.project_id,
+        &scope.release_digest,
+        &capability,
+    ) {
+        Ok(checks) => checks,
+        Err(e) => {
+            tracing::error!(request_id = %scope.request_id, error = %e, "{what}: state unavailable");
+            return Ok(Err(BindingError::Unavailable(format!(
+                "{what}: host state unavailable"
+            ))));
+        }
+    };
+    if !granted {
+        state.grant_revoked = true;
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::NotGranted(format!(
+                "{what}: {} is not granted to project {}",
+                scope.extension_id, scope.project_id
+            )),
+        )));
+    }
+    let Some(rules) = scope.spec.http_rules(name) else {
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::CapabilityDenied(format!(
+                "{what}: the manifest declares no capability {capability}"
+            )),
+        )));
+    };
+    if !approved {
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::CapabilityDenied(format!(
+                "{what}: capability {capability} is not approved"
+            )),
+        )));
+    }
+    if let Err(problem) = check_shape(&request) {
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::InvalidRequest(format!("{what}: {problem}")),
+        )));
+    }
+    let method = request.method.to_ascii_uppercase();
+    if !rules
+        .iter()
+        .any(|rule| rule.matches(&method, &request.path))
+    {
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::CapabilityDenied(format!(
+                "{what}: outside the approved capability {capability}"
+            )),
+        )));
+    }
+    let binding = match state.state.binding(&scope.project_id, name) {
+        Ok(Some(binding)) => binding,
+        Ok(None) => {
+            return Ok(Err(refuse(
+                &scope.request_id,
+                BindingError::NotBound(format!(
+                    "{what}: project {} has no binding {name}",
+                    scope.project_id
+                )),
+            )));
+        }
+        Err(e) => {
+            tracing::error!(request_id = %scope.request_id, error = %e, "{what}: state unavailable");
+            return Ok(Err(BindingError::Unavailable(format!(
+                "{what}: host state unavailable"
+            ))));
+        }
+    };
+    let auth_header = binding.auth_style.header();
+    if let Some((header, _)) = request
+        .headers
+        .iter()
+        .find(|(h, _)| h.eq_ignore_ascii_case(auth_header))
+    {
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::InvalidRequest(format!("{what}: header {header} is set by the host")),
+        )));
+    }
+    let remaining = scope.deadline.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return Ok(Err(BindingError::Timeout(format!(
+            "{what}: the invocation's deadline has passed"
+        ))));
+    }
+    let budget = state
+        .limits
+        .max_total_response_bytes
+        .saturating_sub(state.response_bytes);
+    if budget == 0 {
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::LimitExceeded(format!(
+                "{what}: the invocation used up its response budget of {} bytes",
+                state.limits.max_total_response_bytes
+            )),
+        )));
+    }
+    Ok(Ok(AuthorizedCall {
+        timeout: binding.timeout.min(remaining),
+        max_bytes: state.limits.max_response_bytes.min(budget),
+        binding,
+        method,
+        path: request.path,
+        query: request.query,
+        headers: request.headers,
+        body: request.body,
+    }))
+}
+
+fn refuse(request_id: &str, error: BindingError) -> BindingError {
+    tracing::warn!(request_id, refusal = %binding_error_message(&error), "binding call refused");
+    error
+}
+
+/// The request's own shape: method, path, query and headers.
+fn check_shape(request: &Request) -> Result<(), String> {
+    let method = request.method.to_ascii_uppercase();
+    if !METHODS.contains(&method.as_str()) {
+        return Err(format!("method must be one of {}", METHODS.join(", ")));
+    }
+    check_path(&request.path)?;
+    if let Some(query) = &request.query
+        && !query.bytes().all(|b| b.is_ascii_graphic() && b != b'#')
+    {
+        return Err("the query must be printable ASCII without `#` or spaces".into());
+    }
+    for (name, value) in &request.headers {
+        let lower = name.to_ascii_lowercase();
+        if REFUSED_REQUEST_HEADERS.contains(&lower.as_str()) || lower.starts_with("proxy-") {
+            return Err(format!("header {lower} is set by the host"));
+        }
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+            || http::HeaderValue::from_str(value).is_err()
+        {
+            return Err(format!("header {} is malformed", printable(name)));
+        }
+    }
+    Ok(())
+}
+
+/// An absolute path without dot segments, empty segments, encoded slashes
+/// or dots, backslashes, query or fragment: what the allow rule matched is
+/// what the origin sees.
+fn check_path(path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err("the path must start with `/`".into());
+    }
+    if path.len() > 2048 {
+        return Err("the path is longer than 2048 bytes".into());
+    }
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%".contains(&b);
+    if !path.bytes().all(allowed) {
+        return Err("the path has characters outside RFC 3986 path characters".into());
+    }
+    let lower = path.to_ascii_lowercase();
+    if lower.contains("%2f")
+        || lower.contains("%5c")
+        || lower.contains("%2e")
+        || lower.contains("%00")
+    {
+        return Err("the path has an encoded slash, backslash, dot or NUL".into());
+    }
+    if path.len() > 1
+        && path[1..]
+            .split('/')
+            .any(|segment| segment.is_empty() || segment == "." || segment == "..")
+    {
+        return Err("the path has an empty or dot segment".into());
+    }
+    Ok(())
+}
+
+/// Sends an authorized call: adds the secret, caps time and size, strips
+/// credential headers and redacts the secret from what comes back.
+pub(crate) fn send(
+    call: AuthorizedCall,
+    agent: &ureq::Agent,
+    request_id: &str,
+) -> Result<Response, BindingError> {
+    let name = call.binding.name.clone();
+    let what = format!("binding {name}: {} {}", call.method, call.path);
+    let mut uri = format!("{}{}", call.binding.origin.trim_end_matches('/'), call.path);
+    if let Some(query) = &call.query {
+        uri.push('?');
+        uri.push_str(query);
+    }
+    let auth_header = call.binding.auth_style.header();
+    let secret = &call.binding.secret;
+    let auth_value = match call.binding.auth_style {
+        AuthStyle::Bearer => format!("Bearer {}", secret.expose()),
+        AuthStyle::UmamiApiKey => secret.expose().to_string(),
+    };
+    let mut builder = http::Request::builder()
+        .method(call.method.as_str())
+        .uri(&uri);
+    for (name, value) in &call.headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    let mut auth = match http::HeaderValue::from_str(&auth_value) {
+        Ok(value) => value,
+        Err(_) => {
+            return Err(BindingError::Unavailable(format!(
+                "{what}: the binding's secret cannot be sent as a header; ask the operator to set it again"
+            )));
+        }
+    };
+    auth.set_sensitive(true);
+    builder = builder.header(auth_header, auth);
+    let body = call.body.unwrap_or_default();
+    let request = builder.body(body).map_err(|_| {
+        BindingError::InvalidRequest(format!("{what}: the request cannot be built"))
+    })?;
+    let started = Instant::now();
+    let result = ureq::RequestExt::with_agent(request, agent)
+        .configure()
+        .timeout_global(Some(call.timeout))
+        .run();
+    let mut response = match result {
+        Ok(response) => response,
+        Err(error) => {
+            let failure = match error {
+                ureq::Error::Timeout(_) => BindingError::Timeout(format!(
+                    "{what}: no answer within {} ms",
+                    call.timeout.as_millis()
+                )),
+                _ => BindingError::Unavailable(format!("{what}: the origin could not be reached")),
+            };
+            tracing::warn!(request_id, binding = %name, path = %call.path, elapsed_ms = started.elapsed().as_millis() as u64, "binding call failed: {}", binding_error_message(&failure));
+            return Err(failure);
+        }
+    };
+    let status = response.status().as_u16();
+    let secrets = std::slice::from_ref(secret);
+    let headers: Vec<(String, String)> = response
+        .headers()
+        .iter()
+        .filter(|(name, _)| !is_credential_header(name.as_str(), auth_header))
+        .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes());
+            (name.as_str().to_string(), redact_str(&value, secrets))
+        })
+        .collect();
+    let mut body = Vec::new();
+    let read = response
+        .body_mut()
+        .as_reader()
+        .take(call.max_bytes as u64 + 1)
+        .read_to_end(&mut body);
+    if read.is_err() {
+        let failure = BindingError::Unavailable(format!("{what}: the response could not be read"));
+        tracing::warn!(request_id, binding = %name, path = %call.path, "binding call failed: {}", binding_error_message(&failure));
+        return Err(failure);
+    }
+    if body.len() > call.max_bytes {
+        let failure = BindingError::ResponseTooLarge(format!(
+            "{what}: the response is larger than {} bytes",
+            call.max_bytes
+        ));
+        tracing::warn!(request_id, binding = %name, path = %call.path, "binding call failed: {}", binding_error_message(&failure));
+        return Err(failure);
+    }
+    let body = redact_bytes(&body, secrets);
+    tracing::info!(
+        request_id,
+        binding = %name,
+        method = %call.method,
+        path = %call.path,
+        status,
+        bytes = body.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "binding call"
+    );
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The agent every binding call goes through: no proxy from the
+/// environment, no redirects (a redirect must not carry the secret
+/// elsewhere), statuses passed to the guest as they are.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(None)
+        .user_agent("host-sim")
+        .build()
+        .into()
+}
+
+pub(crate) fn binding_error_message(error: &BindingError) -> &str {
+    match error {
+        BindingError::NotGranted(m)
+        | BindingError::NotBound(m)
+        | BindingError::CapabilityDenied(m)
+        | BindingError::InvalidRequest(m)
+        | BindingError::Timeout(m)
+        | BindingError::Unavailable(m)
+        | BindingError::ResponseTooLarge(m)
+        | BindingError::LimitExceeded(m) => m,
+    }
+}
+
+/// A guest-supplied string made safe for an error message.
+fn printable(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(200)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if text.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}
+
+impl http_binding::Host for InvocationState {
+    fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, BindingError>> {
+        let call = match authorize(self, request)? {
+            Ok(call) => call,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let max = call.max_bytes;
+        let result = send(call, &self.agent, &self.scope.request_id);
+        if let Ok(response) = &result {
+            self.response_bytes += response.body.len().min(max);
+        }
+        Ok(result)
+    }
+}
+
+/// Validates an operator-supplied origin: `http(s)://host[:port]`, no
+/// userinfo, path, query or fragment.
+pub fn check_origin(origin: &str) -> Result<String, String> {
+    let trimmed = origin.trim().trim_end_matches('/');
+    let rest = trimmed
+        .strip_prefix("https://")
+        .or_else(|| trimmed.strip_prefix("http://"))
+        .ok_or("the origin must start with http:// or https://")?;
+    if rest.is_empty() {
+        return Err("the origin has no host".into());
+    }
+    if rest.contains('@') {
+        return Err("the origin must not carry credentials (user@); set the secret instead".into());
+    }
+    if rest.contains(['/', '?', '#']) || rest.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(
+            "the origin must be scheme://host[:port] without path, query or fragment".into(),
+        );
+    }
+    Ok(trimmed.to_string())
+}
+
+/// A secret for a binding: non-empty, one line, sendable as a header.
+pub fn check_secret(secret: &str) -> Result<Secret, String> {
+    let secret = secret.trim_end_matches(['\r', '\n']);
+    if secret.is_empty() {
+        return Err("the secret is empty".into());
+    }
+    if http::HeaderValue::from_str(secret).is_err() {
+        return Err("the secret has characters that cannot go in an HTTP header".into());
+    }
+    Ok(Secret::new(secret))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_with_tricks_are_refused() {
+        for bad in [
+            "api/x",
+            "/api/../me",
+            "/api/./x",
+            "/api//x",
+            "/api/%2e%2e/me",
+            "/api/%2F",
+            "/api/x?y",
+            "/api/x#y",
+            "/api/x\\y",
+            "/api/x y",
+        ] {
+            assert!(check_path(bad).is_err(), "{bad}");
+        }
+        for good in ["/", "/api/websites/123", "/api/items/a-b_c.d~e"] {
+            assert!(check_path(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn origins_without_credentials_or_paths() {
+        assert_eq!(
+            check_origin("http://127.0.0.1:80/").unwrap(),
+            "http://127.0.0.1:80"
+        );
+        assert!(check_origin("https://user:pw@example.net").is_err());
+        assert!(check_origin("https://example.net/api").is_err());
+        assert!(check_origin("ftp://example.net").is_err());
+    }
+
+    #[test]
+    fn credential_headers_are_recognised() {
+        for h in [
+            "Set-Cookie",
+            "WWW-Authenticate",
+            "Proxy-Authenticate",
+            "authorization",
+            "x-umami-api-key",
+        ] {
+            assert!(is_credential_header(h, "authorization"), "{h}");
+        }
+        assert!(is_credential_header("x-custom-auth", "x-custom-auth"));
+        assert!(!is_credential_header("content-type", "authorization"));
+    }
+}

@@ -1,0 +1,452 @@
+//! `host-sim`: the operator CLI of the extension host.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use host_sim::{
+    AuthStyle, Caller, Host, HostConfig, HostError, InstallError, InvokeRequest, Secret,
+};
+use serde_json::{Value, json};
+
+/// Exit codes (also listed in `--help`).
+mod exit {
+    pub const FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const REFUSED: u8 = 3;
+    pub const STALE: u8 = 4;
+    pub const INVALID_INPUT: u8 = 5;
+    pub const LIMIT: u8 = 6;
+}
+
+const EXIT_CODES: &str = "Exit codes:
+  0  success
+  1  the operation failed (state, I/O, internal error, extension error)
+  2  usage error (bad arguments or values)
+  3  refused: release verification failed, or an invocation was
+     unauthenticated / forbidden
+  4  stale runtime generation (invoke)
+  5  invalid input (invoke)
+  6  a sandbox limit stopped the invocation (invoke)";
+
+#[derive(Parser)]
+#[command(
+    name = "host-sim",
+    version,
+    about = "Operate the extension host: verified releases, approvals, grants, bindings, project settings, tokens, and invocations.",
+    after_help = EXIT_CODES
+)]
+struct Cli {
+    /// Directory of the operator state (database, trusted publisher keys).
+    #[arg(
+        long,
+        global = true,
+        env = "HOST_SIM_STATE_DIR",
+        default_value = ".host-sim"
+    )]
+    state_dir: PathBuf,
+    /// SQLite database file [default: <state-dir>/host-sim.sqlite3].
+    #[arg(long, global = true, env = "HOST_SIM_DB")]
+    db: Option<PathBuf>,
+    /// Directory of trusted publisher keys, `*.pub` [default: <state-dir>/trusted-publishers].
+    #[arg(long, global = true, env = "HOST_SIM_TRUST_DIR")]
+    trust_dir: Option<PathBuf>,
+    /// Log filter for the host log on stderr (e.g. `info`, `host_sim=debug`).
+    #[arg(long, global = true, env = "HOST_SIM_LOG", default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Verify, install, upgrade, list and uninstall releases.
+    #[command(subcommand)]
+    Release(ReleaseCommand),
+    /// Approve capabilities of the installed release (all declared ones if none given).
+    Approve {
+        extension: String,
+        /// Capability ids, e.g. `http:provider`, `documents`.
+        capabilities: Vec<String>,
+        /// Withdraw the approval instead.
+        #[arg(long)]
+        withdraw: bool,
+    },
+    /// Grant an installed extension to a project.
+    Grant(GrantArgs),
+    /// Revoke an extension's grant to a project (in-flight host calls are refused).
+    Revoke(GrantArgs),
+    /// Set or show a project's bindings (`show` never prints the secret).
+    #[command(subcommand)]
+    Binding(BindingCommand),
+    /// Project settings.
+    #[command(subcommand)]
+    Project(ProjectCommand),
+    /// Issue tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Run an action as a caller (for plugin developers); prints the JSON output or the error JSON.
+    Invoke {
+        #[arg(long, env = "HOST_SIM_TOKEN", hide_env_values = true)]
+        token: String,
+        #[arg(long)]
+        project: String,
+        #[arg(long)]
+        action: String,
+        /// The extension [default: the one installed extension with this action].
+        #[arg(long)]
+        extension: Option<String>,
+        /// JSON input of the action.
+        #[arg(long, default_value = "{}")]
+        input: String,
+        /// The runtime generation the caller last saw.
+        #[arg(long)]
+        generation: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ReleaseCommand {
+    /// Run every install check on a release directory without installing it.
+    Verify { dir: PathBuf },
+    /// Verify and install a release of an extension that is not installed.
+    Install { dir: PathBuf },
+    /// Verify a release and replace the installed one (approve it again afterwards).
+    Upgrade { dir: PathBuf },
+    /// List installed releases and their approvals.
+    List,
+    /// Remove an installed release, its approvals and its grants.
+    Uninstall { extension: String },
+}
+
+#[derive(Args)]
+struct GrantArgs {
+    #[arg(long)]
+    extension: String,
+    #[arg(long)]
+    project: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AuthArg {
+    /// `Authorization: Bearer <secret>`
+    Bearer,
+    /// `x-umami-api-key: <secret>`
+    XUmamiApiKey,
+}
+
+#[derive(Subcommand)]
+enum BindingCommand {
+    /// Set a project's binding; the secret is read from stdin (first line) unless --secret-env/--secret-file.
+    Set {
+        #[arg(long)]
+        project: String,
+        /// Binding name as the manifest declares it, e.g. `provider`.
+        #[arg(long)]
+        name: String,
+        /// Public origin, e.g. `https://analytics.example.net`.
+        #[arg(long)]
+        origin: String,
+        #[arg(long, value_enum, default_value = "bearer")]
+        auth: AuthArg,
+        /// Read the secret from this environment variable.
+        #[arg(long, conflicts_with = "secret_file")]
+        secret_env: Option<String>,
+        /// Read the secret from this file (first line).
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+        /// Timeout of one call, in milliseconds.
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
+    },
+    /// Show bindings (origin, auth style, timeout; never the secret).
+    Show {
+        #[arg(long)]
+        project: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProjectCommand {
+    /// Set a project's public settings.
+    Set {
+        project: String,
+        /// Origin that serves the tracking script for this project.
+        #[arg(long, conflicts_with = "clear_tracking_origin")]
+        tracking_origin: Option<String>,
+        #[arg(long)]
+        clear_tracking_origin: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Issue a token for a user with access to projects; printed once.
+    Issue {
+        #[arg(long)]
+        user: String,
+        #[arg(long = "project", required = true)]
+        projects: Vec<String>,
+        /// Lifetime, e.g. `3600s`, `90m`, `24h`, `7d`.
+        #[arg(long, default_value = "24h", value_parser = parse_ttl)]
+        ttl: Duration,
+    },
+}
+
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not like 90m, 24h or 7d"))?;
+    let seconds = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return Err(format!("`{text}`: the unit is one of s, m, h, d")),
+    };
+    if seconds == 0 {
+        return Err("the lifetime must be positive".into());
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let mut config = HostConfig::new(&cli.state_dir);
+    config.db_path = cli.db.clone();
+    config.trust_dir = cli.trust_dir.clone();
+    let host = match Host::open(config) {
+        Ok(host) => host,
+        Err(e) => {
+            eprintln!(
+                "error: cannot open the host state in {}: {e}",
+                cli.state_dir.display()
+            );
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    match run(&host, cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(match &e {
+                HostError::Install(
+                    InstallError::Verify(_)
+                    | InstallError::Component(_)
+                    | InstallError::Manifest(_)
+                    | InstallError::Runtime(_),
+                ) => exit::REFUSED,
+                HostError::Invalid(_) => exit::USAGE,
+                _ => exit::FAILED,
+            })
+        }
+    }
+}
+
+fn print_json(value: &Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+fn progress(step: &str) {
+    eprintln!("… {step}");
+}
+
+fn run(host: &Host, command: Command) -> Result<ExitCode, HostError> {
+    match command {
+        Command::Release(ReleaseCommand::Verify { dir }) => {
+            let summary = host.verify_release(&dir, &mut progress)?;
+            eprintln!(
+                "✓ {} {} verifies (key {})",
+                summary.extension_id, summary.version, summary.key_id
+            );
+            print_json(&json!(summary));
+        }
+        Command::Release(ReleaseCommand::Install { dir }) => {
+            let summary = host.install_release(&dir, &mut progress)?;
+            eprintln!(
+                "✓ installed {} {}; approve its capabilities with `host-sim approve {}`",
+                summary.extension_id, summary.version, summary.extension_id
+            );
+            print_json(&json!(summary));
+        }
+        Command::Release(ReleaseCommand::Upgrade { dir }) => {
+            let summary = host.upgrade_release(&dir, &mut progress)?;
+            eprintln!(
+                "✓ upgraded {} to {}; approve its capabilities again with `host-sim approve {}`",
+                summary.extension_id, summary.version, summary.extension_id
+            );
+            print_json(&json!(summary));
+        }
+        Command::Release(ReleaseCommand::List) => {
+            print_json(&json!(host.releases()?));
+        }
+        Command::Release(ReleaseCommand::Uninstall { extension }) => {
+            let removed = host.uninstall(&extension)?;
+            eprintln!("✓ uninstalled {} {}", removed.extension_id, removed.version);
+        }
+        Command::Approve {
+            extension,
+            capabilities,
+            withdraw,
+        } => {
+            let approved = if withdraw {
+                host.unapprove(&extension, &capabilities)?
+            } else {
+                host.approve(&extension, &capabilities)?
+            };
+            print_json(&json!({ "extension": extension, "approved": approved }));
+        }
+        Command::Grant(GrantArgs { extension, project }) => {
+            let generation = host.grant(&extension, &project)?;
+            print_json(
+                &json!({ "extension": extension, "project": project, "granted": true, "generation": generation }),
+            );
+        }
+        Command::Revoke(GrantArgs { extension, project }) => {
+            let existed = host.revoke(&extension, &project)?;
+            if !existed {
+                eprintln!("note: {extension} was not granted to {project}");
+            }
+            print_json(&json!({ "extension": extension, "project": project, "granted": false }));
+        }
+        Command::Binding(BindingCommand::Set {
+            project,
+            name,
+            origin,
+            auth,
+            secret_env,
+            secret_file,
+            timeout_ms,
+        }) => {
+            let secret = read_secret(secret_env.as_deref(), secret_file.as_deref())?;
+            let auth = match auth {
+                AuthArg::Bearer => AuthStyle::Bearer,
+                AuthArg::XUmamiApiKey => AuthStyle::UmamiApiKey,
+            };
+            let info = host.set_binding(
+                &project,
+                &name,
+                &origin,
+                secret,
+                auth,
+                Duration::from_millis(timeout_ms),
+            )?;
+            print_json(&json!(info));
+        }
+        Command::Binding(BindingCommand::Show { project }) => {
+            print_json(&json!(host.bindings(project.as_deref())?));
+        }
+        Command::Project(ProjectCommand::Set {
+            project,
+            tracking_origin,
+            clear_tracking_origin,
+        }) => {
+            if tracking_origin.is_none() && !clear_tracking_origin {
+                return Err(HostError::Invalid(
+                    "nothing to set: use --tracking-origin URL or --clear-tracking-origin".into(),
+                ));
+            }
+            let settings = host.set_tracking_origin(&project, tracking_origin.as_deref())?;
+            print_json(&json!({ "project": project, "settings": settings }));
+        }
+        Command::Token(TokenCommand::Issue {
+            user,
+            projects,
+            ttl,
+        }) => {
+            let issued = host.issue_token(&user, &projects, ttl)?;
+            eprintln!("the token is shown once; the host keeps only its hash");
+            print_json(&json!({
+                "token": issued.token,
+                "user": issued.user,
+                "projects": issued.projects,
+                "expires_at": issued.expires_at,
+            }));
+        }
+        Command::Invoke {
+            token,
+            project,
+            action,
+            extension,
+            input,
+            generation,
+        } => {
+            let input: Value = serde_json::from_str(&input)
+                .map_err(|e| HostError::Invalid(format!("--input is not JSON: {e}")))?;
+            let extension = match extension {
+                Some(extension) => extension,
+                None => host.extension_for_action(&action)?.ok_or_else(|| {
+                    HostError::Invalid(format!(
+                        "no single installed extension has action {action}; pass --extension"
+                    ))
+                })?,
+            };
+            let invocation = host.invoke(
+                &Caller::bearer(token),
+                &InvokeRequest {
+                    extension,
+                    project,
+                    action,
+                    input,
+                    generation,
+                },
+            );
+            print_json(&invocation.to_json());
+            return Ok(match &invocation.result {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(error) => ExitCode::from(match error.code() {
+                    "unauthenticated" | "forbidden" => exit::REFUSED,
+                    "stale_generation" => exit::STALE,
+                    "invalid_input" => exit::INVALID_INPUT,
+                    "limit_exceeded" => exit::LIMIT,
+                    _ => exit::FAILED,
+                }),
+            });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_secret(env: Option<&str>, file: Option<&std::path::Path>) -> Result<Secret, HostError> {
+    let raw = if let Some(var) = env {
+        std::env::var(var)
+            .map_err(|_| HostError::Invalid(format!("environment variable {var} is not set")))?
+    } else if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| HostError::Invalid(format!("cannot read {}: {e}", path.display())))?;
+        text.lines().next().unwrap_or_default().to_string()
+    } else {
+        let stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            eprint!("secret for the binding (one line): ");
+        }
+        let mut line = String::new();
+        stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| HostError::Invalid(format!("cannot read the secret from stdin: {e}")))?;
+        line
+    };
+    let secret = raw.trim_end_matches(['\r', '\n']).to_string();
+    if secret.is_empty() {
+        return Err(HostError::Invalid("the secret is empty".into()));
+    }
+    Ok(Secret::new(secret))
+}

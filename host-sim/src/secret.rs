@@ -1,0 +1,119 @@
+//! Binding secrets: a type that never prints itself, and the redaction that
+//! every byte from a provider and every guest log line passes through.
+
+use std::fmt;
+
+/// A binding's credential. It has no `Display`, its `Debug` prints
+/// `[redacted]`, and only [`crate::capabilities::http`] reads it (to build
+/// the auth header) and the redactor (to remove it from what the guest sees).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+/// What replaces a secret wherever it would have been shown.
+pub const REDACTED: &str = "[redacted]";
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The raw value; call sites are the auth header and redaction only.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(")?;
+        f.write_str(REDACTED)?;
+        f.write_str(")")
+    }
+}
+
+/// Replaces every occurrence of any of `secrets` (and of their JSON-escaped
+/// form) in `bytes` with [`REDACTED`].
+pub fn redact_bytes(bytes: &[u8], secrets: &[Secret]) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for secret in secrets {
+        for needle in needles(secret) {
+            out = replace_all(&out, needle.as_bytes(), REDACTED.as_bytes());
+        }
+    }
+    out
+}
+
+/// [`redact_bytes`] for text.
+pub fn redact_str(text: &str, secrets: &[Secret]) -> String {
+    let mut out = text.to_string();
+    for secret in secrets {
+        for needle in needles(secret) {
+            if out.contains(needle.as_str()) {
+                out = out.replace(needle.as_str(), REDACTED);
+            }
+        }
+    }
+    out
+}
+
+fn needles(secret: &Secret) -> Vec<String> {
+    let raw = secret.expose();
+    if raw.is_empty() {
+        return Vec::new();
+    }
+    let mut needles = vec![raw.to_string()];
+    let escaped = serde_json::to_string(raw).unwrap_or_default();
+    let escaped = escaped.trim_matches('"');
+    if escaped != raw && !escaped.is_empty() {
+        needles.push(escaped.to_string());
+    }
+    let slash_escaped = raw.replace('/', "\\/");
+    if slash_escaped != raw {
+        needles.push(slash_escaped);
+    }
+    needles
+}
+
+fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return haystack.to_vec();
+    }
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut i = 0;
+    while i < haystack.len() {
+        if haystack[i..].starts_with(needle) {
+            out.extend_from_slice(with);
+            i += needle.len();
+        } else {
+            out.push(haystack[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_value() {
+        let s = Secret::new("tok-123");
+        assert_eq!(format!("{s:?}"), "Secret([redacted])");
+    }
+
+    #[test]
+    fn redacts_raw_and_json_escaped_occurrences() {
+        let secrets = [Secret::new("a/b\"c")];
+        let body = br#"{"token":"a\/b\"c","raw":"a/b"c"}"#;
+        let out = String::from_utf8(redact_bytes(body, &secrets)).unwrap();
+        assert!(!out.contains("a\\/b"), "{out}");
+        assert_eq!(out.matches(REDACTED).count(), 2, "{out}");
+        assert_eq!(redact_str("x a/b\"c y", &secrets), "x [redacted] y");
+    }
+
+    #[test]
+    fn empty_secret_changes_nothing() {
+        assert_eq!(redact_bytes(b"abc", &[Secret::new("")]), b"abc");
+    }
+}

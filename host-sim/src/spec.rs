@@ -1,0 +1,164 @@
+//! What the host needs from a verified release's manifest, prepared once per
+//! installed release: the declared capabilities, and per action the
+//! capabilities it needs and its compiled input/output JSON Schemas.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use extension_release::{Manifest, PathPattern};
+use serde_json::Value;
+
+/// The capability id of the document service.
+pub const DOCUMENTS: &str = "documents";
+
+/// The capability id of an HTTP binding.
+pub fn http_capability(binding: &str) -> String {
+    format!("http:{binding}")
+}
+
+/// One `allow` rule of an HTTP capability.
+#[derive(Debug)]
+pub struct HttpRule {
+    pub method: String,
+    pub pattern: PathPattern,
+}
+
+impl HttpRule {
+    pub fn matches(&self, method: &str, path: &str) -> bool {
+        self.method.eq_ignore_ascii_case(method) && self.pattern.matches(path)
+    }
+}
+
+/// An action: the capabilities it needs and its schemas.
+#[derive(Debug)]
+pub struct ActionSpec {
+    pub name: String,
+    pub capabilities: Vec<String>,
+    pub input: jsonschema::Validator,
+    pub output: Option<jsonschema::Validator>,
+}
+
+/// The parts of a manifest the host enforces.
+#[derive(Debug)]
+pub struct ExtensionSpec {
+    pub id: String,
+    pub version: String,
+    pub component: String,
+    /// Declared HTTP bindings and their allow rules.
+    pub http: BTreeMap<String, Vec<HttpRule>>,
+    /// Declared document collections (`None`: no `documents` capability).
+    pub collections: Option<BTreeSet<String>>,
+    pub actions: BTreeMap<String, ActionSpec>,
+}
+
+impl ExtensionSpec {
+    /// Prepares a manifest: parses the path patterns and compiles every
+    /// action's schemas (with the manifest's `definitions` in scope).
+    pub fn from_manifest(manifest: &Manifest) -> Result<Self, String> {
+        let mut http = BTreeMap::new();
+        for (binding, capability) in &manifest.capabilities.http {
+            let mut rules = Vec::new();
+            for rule in &capability.allow {
+                let pattern = PathPattern::parse(&rule.path)
+                    .map_err(|e| format!("capability http:{binding}: path {}: {e}", rule.path))?;
+                rules.push(HttpRule {
+                    method: rule.method.to_ascii_uppercase(),
+                    pattern,
+                });
+            }
+            http.insert(binding.clone(), rules);
+        }
+        let collections = manifest
+            .capabilities
+            .documents
+            .as_ref()
+            .map(|d| d.collections.iter().cloned().collect());
+        let definitions =
+            serde_json::to_value(&manifest.definitions).map_err(|e| format!("definitions: {e}"))?;
+        let declared: BTreeSet<String> = manifest.capability_ids().into_iter().collect();
+        let mut actions = BTreeMap::new();
+        for action in &manifest.actions {
+            for capability in &action.capabilities {
+                if !declared.contains(capability) {
+                    return Err(format!(
+                        "action {} needs capability {capability}, which the manifest does not declare",
+                        action.name
+                    ));
+                }
+            }
+            let input = compile_schema(&action.input_schema, &definitions)
+                .map_err(|e| format!("action {}: input_schema: {e}", action.name))?;
+            let output = match &action.output_schema {
+                Value::Null => None,
+                schema => Some(
+                    compile_schema(schema, &definitions)
+                        .map_err(|e| format!("action {}: output_schema: {e}", action.name))?,
+                ),
+            };
+            actions.insert(
+                action.name.clone(),
+                ActionSpec {
+                    name: action.name.clone(),
+                    capabilities: action.capabilities.clone(),
+                    input,
+                    output,
+                },
+            );
+        }
+        Ok(Self {
+            id: manifest.extension.id.clone(),
+            version: manifest.extension.version.clone(),
+            component: manifest.extension.component.clone(),
+            http,
+            collections,
+            actions,
+        })
+    }
+
+    /// The allow rules of a declared binding.
+    pub fn http_rules(&self, binding: &str) -> Option<&[HttpRule]> {
+        self.http.get(binding).map(Vec::as_slice)
+    }
+
+    /// The binding whose public origin the context reports as
+    /// `provider-origin`: `provider` if declared, else the first one.
+    pub fn provider_binding(&self) -> Option<&str> {
+        if self.http.contains_key("provider") {
+            Some("provider")
+        } else {
+            self.http.keys().next().map(String::as_str)
+        }
+    }
+}
+
+fn compile_schema(schema: &Value, definitions: &Value) -> Result<jsonschema::Validator, String> {
+    let mut schema = schema.clone();
+    if let (Value::Object(map), Value::Object(defs)) = (&mut schema, definitions)
+        && !defs.is_empty()
+        && !map.contains_key("definitions")
+    {
+        map.insert("definitions".into(), Value::Object(defs.clone()));
+    }
+    jsonschema::validator_for(&schema).map_err(|e| e.to_string())
+}
+
+/// Validates `value` against `validator`; the message names the first
+/// failing location and rule.
+pub fn check(validator: &jsonschema::Validator, value: &Value, what: &str) -> Result<(), String> {
+    match validator.iter_errors(value).next() {
+        None => Ok(()),
+        Some(error) => {
+            let location = error.instance_path().to_string();
+            let location = if location.is_empty() {
+                what.to_string()
+            } else {
+                format!("{what} at {location}")
+            };
+            let mut message = error.masked().to_string();
+            if message.len() > 300 {
+                message.truncate(300);
+                message.push('…');
+            }
+            Err(format!("{location}: {message}"))
+        }
+    }
+}

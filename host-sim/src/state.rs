@@ -1,0 +1,937 @@
+//! Operator state in one embedded SQLite database (WAL): installed releases
+//! (files as blobs), approvals, grants, runtime generations, project
+//! settings, bindings (the only place a secret is stored), users, tokens and
+//! the project-scoped documents. Every multi-row change runs in one
+//! transaction, so a failed step leaves nothing half-done.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use sha2::{Digest, Sha256};
+
+use crate::secret::Secret;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("state directory {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    NotFound(String),
+}
+
+type Result<T, E = StateError> = std::result::Result<T, E>;
+
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE releases (
+    extension_id TEXT PRIMARY KEY,
+    version TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    manifest TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    installed_at INTEGER NOT NULL
+);
+CREATE TABLE release_files (
+    extension_id TEXT NOT NULL REFERENCES releases(extension_id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    bytes BLOB NOT NULL,
+    PRIMARY KEY (extension_id, path)
+);
+CREATE TABLE approvals (
+    extension_id TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    capability TEXT NOT NULL,
+    approved_at INTEGER NOT NULL,
+    PRIMARY KEY (extension_id, digest, capability)
+);
+CREATE TABLE grants (
+    extension_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    granted_at INTEGER NOT NULL,
+    PRIMARY KEY (extension_id, project_id)
+);
+CREATE TABLE generations (
+    extension_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    PRIMARY KEY (extension_id, project_id)
+);
+CREATE TABLE projects (
+    project_id TEXT PRIMARY KEY,
+    tracking_origin TEXT
+);
+CREATE TABLE bindings (
+    project_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    auth_style TEXT NOT NULL,
+    timeout_ms INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (project_id, name)
+);
+CREATE TABLE user_projects (
+    user_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    PRIMARY KEY (user_id, project_id)
+);
+CREATE TABLE tokens (
+    token_hash TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    issued_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE TABLE token_projects (
+    token_hash TEXT NOT NULL REFERENCES tokens(token_hash) ON DELETE CASCADE,
+    project_id TEXT NOT NULL,
+    PRIMARY KEY (token_hash, project_id)
+);
+CREATE TABLE documents (
+    project_id TEXT NOT NULL,
+    extension_id TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    id TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (project_id, extension_id, collection, id)
+);
+"#];
+
+/// The database file inside a state directory.
+pub const DB_FILE: &str = "host-sim.sqlite3";
+
+pub struct State {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+/// A release as installed: the verified manifest bytes and every file.
+#[derive(Debug, Clone)]
+pub struct StoredRelease {
+    pub extension_id: String,
+    pub version: String,
+    pub digest: String,
+    pub manifest: String,
+    pub key_id: String,
+    pub installed_at: i64,
+}
+
+/// What a new or upgraded release puts into the database.
+pub struct NewRelease<'a> {
+    pub extension_id: &'a str,
+    pub version: &'a str,
+    pub digest: &'a str,
+    pub manifest: &'a str,
+    pub key_id: &'a str,
+    pub files: &'a BTreeMap<String, Vec<u8>>,
+}
+
+/// How the host authenticates to a binding's origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthStyle {
+    /// `Authorization: Bearer <secret>`
+    Bearer,
+    /// `x-umami-api-key: <secret>` (Umami Cloud)
+    UmamiApiKey,
+}
+
+impl AuthStyle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthStyle::Bearer => "bearer",
+            AuthStyle::UmamiApiKey => "x-umami-api-key",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "bearer" => Some(AuthStyle::Bearer),
+            "x-umami-api-key" => Some(AuthStyle::UmamiApiKey),
+            _ => None,
+        }
+    }
+
+    /// The request header that carries the secret.
+    pub fn header(self) -> &'static str {
+        match self {
+            AuthStyle::Bearer => "authorization",
+            AuthStyle::UmamiApiKey => "x-umami-api-key",
+        }
+    }
+}
+
+/// A project's binding: where a named binding goes and with what secret.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub project_id: String,
+    pub name: String,
+    pub origin: String,
+    pub secret: Secret,
+    pub auth_style: AuthStyle,
+    pub timeout: Duration,
+}
+
+/// A binding without its secret, for `binding show` and the context.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BindingInfo {
+    pub project_id: String,
+    pub name: String,
+    pub origin: String,
+    pub auth_style: String,
+    pub timeout_ms: u64,
+    pub secret_set: bool,
+    pub updated_at: i64,
+}
+
+/// Public per-project settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ProjectSettings {
+    pub tracking_origin: Option<String>,
+}
+
+/// Everything the invocation checks read, taken under one lock so the checks
+/// see one consistent state.
+#[derive(Debug, Clone)]
+pub struct InvocationSnapshot {
+    /// The token's user, if the token exists and has not expired.
+    pub user: Option<String>,
+    /// The token names the project and the user still has access to it.
+    pub project_access: bool,
+    pub granted: bool,
+    /// Digest of the installed release.
+    pub release_digest: Option<String>,
+    pub approved: BTreeSet<String>,
+    pub generation: u64,
+    pub settings: ProjectSettings,
+}
+
+/// One stored document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDocument {
+    pub revision: u64,
+    pub body: String,
+}
+
+/// The write condition of the document service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    None,
+    Absent,
+    Revision(u64),
+}
+
+/// A write's result: the new state or the stored revision on conflict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome<T> {
+    Done(T),
+    /// The condition did not hold; carries the stored revision (0: absent).
+    Conflict(u64),
+}
+
+/// Scope of a document call: always the invoking project and extension.
+#[derive(Debug, Clone, Copy)]
+pub struct DocumentScope<'a> {
+    pub project_id: &'a str,
+    pub extension_id: &'a str,
+}
+
+pub fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// SHA-256 of a token, hex; tokens are stored only as this.
+pub fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+impl State {
+    /// Opens (creating if needed) the database at `path` and migrates it.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| StateError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        let mut conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        migrate(&mut conn)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    // ---- releases -------------------------------------------------------
+
+    pub fn release(&self, extension_id: &str) -> Result<Option<StoredRelease>> {
+        let conn = self.conn();
+        Ok(conn
+            .prepare_cached(
+                "SELECT extension_id, version, digest, manifest, key_id, installed_at
+                 FROM releases WHERE extension_id = ?1",
+            )?
+            .query_row([extension_id], release_row)
+            .optional()?)
+    }
+
+    pub fn releases(&self) -> Result<Vec<StoredRelease>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT extension_id, version, digest, manifest, key_id, installed_at
+             FROM releases ORDER BY extension_id",
+        )?;
+        let rows = stmt.query_map([], release_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn release_file(&self, extension_id: &str, path: &str) -> Result<Option<Vec<u8>>> {
+        let conn = self.conn();
+        Ok(conn
+            .prepare_cached(
+                "SELECT bytes FROM release_files WHERE extension_id = ?1 AND path = ?2",
+            )?
+            .query_row(params![extension_id, path], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Stores a verified release. `upgrade` replaces an installed one (and
+    /// drops the old release's approvals); otherwise an installed extension
+    /// is a conflict. Bumps the extension's generations. One transaction.
+    pub fn store_release(&self, release: &NewRelease<'_>, upgrade: bool) -> Result<()> {
+        self.write(|tx| {
+            let existing: Option<String> = tx
+                .query_row(
+                    "SELECT version FROM releases WHERE extension_id = ?1",
+                    [release.extension_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match (&existing, upgrade) {
+                (Some(version), false) => {
+                    return Err(StateError::Conflict(format!(
+                        "{} {version} is already installed; use `release upgrade`",
+                        release.extension_id
+                    )));
+                }
+                (None, true) => {
+                    return Err(StateError::NotFound(format!(
+                        "{} is not installed; use `release install`",
+                        release.extension_id
+                    )));
+                }
+                _ => {}
+            }
+            tx.execute(
+                "DELETE FROM releases WHERE extension_id = ?1",
+                [release.extension_id],
+            )?;
+            tx.execute(
+                "DELETE FROM approvals WHERE extension_id = ?1",
+                [release.extension_id],
+            )?;
+            tx.execute(
+                "INSERT INTO releases (extension_id, version, digest, manifest, key_id, installed_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    release.extension_id,
+                    release.version,
+                    release.digest,
+                    release.manifest,
+                    release.key_id,
+                    now_secs()
+                ],
+            )?;
+            for (path, bytes) in release.files {
+                tx.execute(
+                    "INSERT INTO release_files (extension_id, path, bytes) VALUES (?1, ?2, ?3)",
+                    params![release.extension_id, path, bytes],
+                )?;
+            }
+            bump_extension(tx, release.extension_id)?;
+            Ok(())
+        })
+    }
+
+    /// Removes a release, its approvals and its grants (documents stay with
+    /// their projects). Bumps the generations so cached instances go.
+    pub fn remove_release(&self, extension_id: &str) -> Result<StoredRelease> {
+        self.write(|tx| {
+            let release = tx
+                .query_row(
+                    "SELECT extension_id, version, digest, manifest, key_id, installed_at
+                     FROM releases WHERE extension_id = ?1",
+                    [extension_id],
+                    release_row,
+                )
+                .optional()?
+                .ok_or_else(|| StateError::NotFound(format!("{extension_id} is not installed")))?;
+            tx.execute(
+                "DELETE FROM releases WHERE extension_id = ?1",
+                [extension_id],
+            )?;
+            tx.execute(
+                "DELETE FROM approvals WHERE extension_id = ?1",
+                [extension_id],
+            )?;
+            tx.execute("DELETE FROM grants WHERE extension_id = ?1", [extension_id])?;
+            bump_extension(tx, extension_id)?;
+            Ok(release)
+        })
+    }
+
+    // ---- approvals and grants -------------------------------------------
+
+    /// Sets the approval of `capabilities` for the installed release with
+    /// `digest`. Bumps the extension's generations.
+    pub fn set_approval(
+        &self,
+        extension_id: &str,
+        digest: &str,
+        capabilities: &[String],
+        approved: bool,
+    ) -> Result<()> {
+        self.write(|tx| {
+            let installed: Option<String> = tx
+                .query_row(
+                    "SELECT digest FROM releases WHERE extension_id = ?1",
+                    [extension_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if installed.as_deref() != Some(digest) {
+                return Err(StateError::Conflict(format!(
+                    "the installed release of {extension_id} changed; approve again"
+                )));
+            }
+            for capability in capabilities {
+                if approved {
+                    tx.execute(
+                        "INSERT OR IGNORE INTO approvals (extension_id, digest, capability, approved_at)
+                         VALUES (?1, ?2, ?3, ?4)",
+                        params![extension_id, digest, capability, now_secs()],
+                    )?;
+                } else {
+                    tx.execute(
+                        "DELETE FROM approvals WHERE extension_id = ?1 AND digest = ?2 AND capability = ?3",
+                        params![extension_id, digest, capability],
+                    )?;
+                }
+            }
+            bump_extension(tx, extension_id)?;
+            Ok(())
+        })
+    }
+
+    pub fn approvals(&self, extension_id: &str, digest: &str) -> Result<BTreeSet<String>> {
+        let conn = self.conn();
+        approvals(&conn, extension_id, digest)
+    }
+
+    /// Grants an installed extension to a project (idempotent; bumps).
+    pub fn grant(&self, extension_id: &str, project_id: &str) -> Result<u64> {
+        self.write(|tx| {
+            let installed: bool = tx
+                .query_row(
+                    "SELECT 1 FROM releases WHERE extension_id = ?1",
+                    [extension_id],
+                    |_| Ok(true),
+                )
+                .optional()?
+                .unwrap_or(false);
+            if !installed {
+                return Err(StateError::NotFound(format!("{extension_id} is not installed")));
+            }
+            tx.execute(
+                "INSERT OR IGNORE INTO grants (extension_id, project_id, granted_at) VALUES (?1, ?2, ?3)",
+                params![extension_id, project_id, now_secs()],
+            )?;
+            bump_pair(tx, extension_id, project_id)
+        })
+    }
+
+    /// Revokes a grant; answers whether one existed. Bumps the generation.
+    pub fn revoke(&self, extension_id: &str, project_id: &str) -> Result<bool> {
+        self.write(|tx| {
+            let removed = tx.execute(
+                "DELETE FROM grants WHERE extension_id = ?1 AND project_id = ?2",
+                params![extension_id, project_id],
+            )?;
+            bump_pair(tx, extension_id, project_id)?;
+            Ok(removed > 0)
+        })
+    }
+
+    /// The grant check that every host call re-runs.
+    pub fn is_granted(&self, extension_id: &str, project_id: &str) -> Result<bool> {
+        let conn = self.conn();
+        is_granted(&conn, extension_id, project_id)
+    }
+
+    pub fn grants(&self) -> Result<Vec<(String, String)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT extension_id, project_id FROM grants ORDER BY extension_id, project_id",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn generation(&self, extension_id: &str, project_id: &str) -> Result<u64> {
+        let conn = self.conn();
+        generation(&conn, extension_id, project_id)
+    }
+
+    // ---- projects and bindings ------------------------------------------
+
+    pub fn set_tracking_origin(&self, project_id: &str, origin: Option<&str>) -> Result<()> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO projects (project_id, tracking_origin) VALUES (?1, ?2)
+                 ON CONFLICT (project_id) DO UPDATE SET tracking_origin = excluded.tracking_origin",
+                params![project_id, origin],
+            )?;
+            bump_project(tx, project_id)
+        })
+    }
+
+    pub fn project_settings(&self, project_id: &str) -> Result<ProjectSettings> {
+        let conn = self.conn();
+        project_settings(&conn, project_id)
+    }
+
+    pub fn set_binding(&self, binding: &Binding) -> Result<()> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO bindings (project_id, name, origin, secret, auth_style, timeout_ms, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (project_id, name) DO UPDATE SET origin = excluded.origin,
+                   secret = excluded.secret, auth_style = excluded.auth_style,
+                   timeout_ms = excluded.timeout_ms, updated_at = excluded.updated_at",
+                params![
+                    binding.project_id,
+                    binding.name,
+                    binding.origin,
+                    binding.secret.expose(),
+                    binding.auth_style.as_str(),
+                    binding.timeout.as_millis() as i64,
+                    now_secs()
+                ],
+            )?;
+            bump_project(tx, &binding.project_id)
+        })
+    }
+
+    /// A binding with its secret: for the HTTP capability only.
+    pub(crate) fn binding(&self, project_id: &str, name: &str) -> Result<Option<Binding>> {
+        let conn = self.conn();
+        Ok(conn
+            .prepare_cached(
+                "SELECT project_id, name, origin, secret, auth_style, timeout_ms
+                 FROM bindings WHERE project_id = ?1 AND name = ?2",
+            )?
+            .query_row(params![project_id, name], |r| {
+                let style: String = r.get(4)?;
+                Ok(Binding {
+                    project_id: r.get(0)?,
+                    name: r.get(1)?,
+                    origin: r.get(2)?,
+                    secret: Secret::new(r.get::<_, String>(3)?),
+                    auth_style: AuthStyle::parse(&style).unwrap_or(AuthStyle::Bearer),
+                    timeout: Duration::from_millis(r.get::<_, i64>(5)?.max(1) as u64),
+                })
+            })
+            .optional()?)
+    }
+
+    /// Every secret of a project, for redacting guest output.
+    pub(crate) fn project_secrets(&self, project_id: &str) -> Result<Vec<Secret>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT secret FROM bindings WHERE project_id = ?1")?;
+        let rows = stmt.query_map([project_id], |r| Ok(Secret::new(r.get::<_, String>(0)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Bindings without secrets.
+    pub fn bindings(&self, project_id: Option<&str>) -> Result<Vec<BindingInfo>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT project_id, name, origin, auth_style, timeout_ms, length(secret) > 0, updated_at
+             FROM bindings WHERE ?1 IS NULL OR project_id = ?1 ORDER BY project_id, name",
+        )?;
+        let rows = stmt.query_map([project_id], |r| {
+            Ok(BindingInfo {
+                project_id: r.get(0)?,
+                name: r.get(1)?,
+                origin: r.get(2)?,
+                auth_style: r.get(3)?,
+                timeout_ms: r.get::<_, i64>(4)? as u64,
+                secret_set: r.get(5)?,
+                updated_at: r.get(6)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The public origin of a project's binding (no secret).
+    pub fn binding_origin(&self, project_id: &str, name: &str) -> Result<Option<String>> {
+        let conn = self.conn();
+        Ok(conn
+            .prepare_cached("SELECT origin FROM bindings WHERE project_id = ?1 AND name = ?2")?
+            .query_row(params![project_id, name], |r| r.get(0))
+            .optional()?)
+    }
+
+    // ---- users and tokens -----------------------------------------------
+
+    /// Stores a token (hashed) for `user` with access to `projects`, giving
+    /// the user access to those projects.
+    pub fn store_token(
+        &self,
+        token: &str,
+        user_id: &str,
+        projects: &[String],
+        expires_at: i64,
+    ) -> Result<()> {
+        let hash = token_hash(token);
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO tokens (token_hash, user_id, issued_at, expires_at) VALUES (?1, ?2, ?3, ?4)",
+                params![hash, user_id, now_secs(), expires_at],
+            )?;
+            for project in projects {
+                tx.execute(
+                    "INSERT OR IGNORE INTO user_projects (user_id, project_id) VALUES (?1, ?2)",
+                    params![user_id, project],
+                )?;
+                tx.execute(
+                    "INSERT OR IGNORE INTO token_projects (token_hash, project_id) VALUES (?1, ?2)",
+                    params![hash, project],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Takes a user's access to a project away (their tokens stop working
+    /// for it at the next invocation).
+    pub fn remove_project_access(&self, user_id: &str, project_id: &str) -> Result<bool> {
+        self.write(|tx| {
+            Ok(tx.execute(
+                "DELETE FROM user_projects WHERE user_id = ?1 AND project_id = ?2",
+                params![user_id, project_id],
+            )? > 0)
+        })
+    }
+
+    // ---- invocation -----------------------------------------------------
+
+    /// Reads everything the invocation checks need, in one lock.
+    pub fn invocation_snapshot(
+        &self,
+        token: &str,
+        extension_id: &str,
+        project_id: &str,
+    ) -> Result<InvocationSnapshot> {
+        let conn = self.conn();
+        let hash = token_hash(token);
+        let user: Option<String> = conn
+            .prepare_cached("SELECT user_id FROM tokens WHERE token_hash = ?1 AND expires_at > ?2")?
+            .query_row(params![hash, now_secs()], |r| r.get(0))
+            .optional()?;
+        let project_access = match &user {
+            None => false,
+            Some(user) => conn
+                .prepare_cached(
+                    "SELECT 1 FROM token_projects tp JOIN user_projects up
+                       ON up.project_id = tp.project_id AND up.user_id = ?2
+                     WHERE tp.token_hash = ?1 AND tp.project_id = ?3",
+                )?
+                .query_row(params![hash, user, project_id], |_| Ok(()))
+                .optional()?
+                .is_some(),
+        };
+        let granted = is_granted(&conn, extension_id, project_id)?;
+        let release_digest: Option<String> = conn
+            .prepare_cached("SELECT digest FROM releases WHERE extension_id = ?1")?
+            .query_row([extension_id], |r| r.get(0))
+            .optional()?;
+        let approved = match &release_digest {
+            Some(digest) => approvals(&conn, extension_id, digest)?,
+            None => BTreeSet::new(),
+        };
+        Ok(InvocationSnapshot {
+            user,
+            project_access,
+            granted,
+            release_digest,
+            approved,
+            generation: generation(&conn, extension_id, project_id)?,
+            settings: project_settings(&conn, project_id)?,
+        })
+    }
+
+    /// The call-time check of host calls: grant and approval, now.
+    pub fn call_time_check(
+        &self,
+        extension_id: &str,
+        project_id: &str,
+        digest: &str,
+        capability: &str,
+    ) -> Result<(bool, bool)> {
+        let conn = self.conn();
+        let granted = is_granted(&conn, extension_id, project_id)?;
+        let approved = conn
+            .prepare_cached(
+                "SELECT 1 FROM approvals WHERE extension_id = ?1 AND digest = ?2 AND capability = ?3",
+            )?
+            .query_row(params![extension_id, digest, capability], |_| Ok(()))
+            .optional()?
+            .is_some();
+        Ok((granted, approved))
+    }
+
+    // ---- documents ------------------------------------------------------
+
+    pub fn document(
+        &self,
+        scope: DocumentScope<'_>,
+        collection: &str,
+        id: &str,
+    ) -> Result<Option<StoredDocument>> {
+        let conn = self.conn();
+        get_document(&conn, scope, collection, id)
+    }
+
+    pub fn put_document(
+        &self,
+        scope: DocumentScope<'_>,
+        collection: &str,
+        id: &str,
+        body: &str,
+        condition: Condition,
+    ) -> Result<WriteOutcome<u64>> {
+        self.write(|tx| {
+            let stored = get_document(tx, scope, collection, id)?;
+            let current = stored.as_ref().map(|d| d.revision).unwrap_or(0);
+            if !condition_holds(condition, current) {
+                return Ok(WriteOutcome::Conflict(current));
+            }
+            let revision = current + 1;
+            tx.execute(
+                "INSERT INTO documents (project_id, extension_id, collection, id, revision, body, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (project_id, extension_id, collection, id) DO UPDATE SET
+                   revision = excluded.revision, body = excluded.body, updated_at = excluded.updated_at",
+                params![
+                    scope.project_id,
+                    scope.extension_id,
+                    collection,
+                    id,
+                    revision as i64,
+                    body,
+                    now_secs()
+                ],
+            )?;
+            Ok(WriteOutcome::Done(revision))
+        })
+    }
+
+    pub fn delete_document(
+        &self,
+        scope: DocumentScope<'_>,
+        collection: &str,
+        id: &str,
+        condition: Condition,
+    ) -> Result<WriteOutcome<bool>> {
+        self.write(|tx| {
+            let current = get_document(tx, scope, collection, id)?
+                .map(|d| d.revision)
+                .unwrap_or(0);
+            if !condition_holds(condition, current) {
+                return Ok(WriteOutcome::Conflict(current));
+            }
+            let removed = tx.execute(
+                "DELETE FROM documents WHERE project_id = ?1 AND extension_id = ?2 AND collection = ?3 AND id = ?4",
+                params![scope.project_id, scope.extension_id, collection, id],
+            )?;
+            Ok(WriteOutcome::Done(removed > 0))
+        })
+    }
+
+    /// Every document body of a project (operator inspection and tests).
+    pub fn documents(
+        &self,
+        project_id: &str,
+    ) -> Result<Vec<(String, String, String, StoredDocument)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT extension_id, collection, id, revision, body FROM documents
+             WHERE project_id = ?1 ORDER BY extension_id, collection, id",
+        )?;
+        let rows = stmt.query_map([project_id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                StoredDocument {
+                    revision: r.get::<_, i64>(3)? as u64,
+                    body: r.get(4)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+fn condition_holds(condition: Condition, current: u64) -> bool {
+    match condition {
+        Condition::None => true,
+        Condition::Absent => current == 0,
+        Condition::Revision(r) => current == r && r != 0,
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for (i, migration) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+        tx.execute_batch(migration)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn release_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRelease> {
+    Ok(StoredRelease {
+        extension_id: r.get(0)?,
+        version: r.get(1)?,
+        digest: r.get(2)?,
+        manifest: r.get(3)?,
+        key_id: r.get(4)?,
+        installed_at: r.get(5)?,
+    })
+}
+
+fn approvals(conn: &Connection, extension_id: &str, digest: &str) -> Result<BTreeSet<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT capability FROM approvals WHERE extension_id = ?1 AND digest = ?2",
+    )?;
+    let rows = stmt.query_map(params![extension_id, digest], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn is_granted(conn: &Connection, extension_id: &str, project_id: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM grants WHERE extension_id = ?1 AND project_id = ?2")?
+        .query_row(params![extension_id, project_id], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+fn generation(conn: &Connection, extension_id: &str, project_id: &str) -> Result<u64> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT generation FROM generations WHERE extension_id = ?1 AND project_id = ?2",
+        )?
+        .query_row(params![extension_id, project_id], |r| r.get::<_, i64>(0))
+        .optional()?
+        .unwrap_or(0) as u64)
+}
+
+fn project_settings(conn: &Connection, project_id: &str) -> Result<ProjectSettings> {
+    Ok(conn
+        .prepare_cached("SELECT tracking_origin FROM projects WHERE project_id = ?1")?
+        .query_row([project_id], |r| {
+            Ok(ProjectSettings {
+                tracking_origin: r.get(0)?,
+            })
+        })
+        .optional()?
+        .unwrap_or_default())
+}
+
+fn get_document(
+    conn: &Connection,
+    scope: DocumentScope<'_>,
+    collection: &str,
+    id: &str,
+) -> Result<Option<StoredDocument>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT revision, body FROM documents
+             WHERE project_id = ?1 AND extension_id = ?2 AND collection = ?3 AND id = ?4",
+        )?
+        .query_row(
+            params![scope.project_id, scope.extension_id, collection, id],
+            |r| {
+                Ok(StoredDocument {
+                    revision: r.get::<_, i64>(0)? as u64,
+                    body: r.get(1)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Every generation of (extension, project) moves by one.
+fn bump_pair(tx: &Transaction<'_>, extension_id: &str, project_id: &str) -> Result<u64> {
+    Ok(tx.query_row(
+        "INSERT INTO generations (extension_id, project_id, generation) VALUES (?1, ?2, 1)
+         ON CONFLICT (extension_id, project_id) DO UPDATE SET generation = generation + 1
+         RETURNING generation",
+        params![extension_id, project_id],
+        |r| r.get::<_, i64>(0),
+    )? as u64)
+}
+
+fn bump_extension(tx: &Transaction<'_>, extension_id: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE generations SET generation = generation + 1 WHERE extension_id = ?1",
+        [extension_id],
+    )?;
+    Ok(())
+}
+
+fn bump_project(tx: &Transaction<'_>, project_id: &str) -> Result<()> {
+    tx.execute(
+        "UPDATE generations SET generation = generation + 1 WHERE project_id = ?1",
+        [project_id],
+    )?;
+    Ok(())
+}
