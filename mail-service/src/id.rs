@@ -49,19 +49,31 @@ impl IdGenerator {
     }
 }
 
-/// Parses an ID from a path or query. `Err` when the text does not match the
-/// pattern; `Ok(None)` when it matches but cannot name a stored row (beyond
-/// the 63-bit range), which callers answer as not found.
-pub fn parse_id(text: &str) -> Result<Option<i64>, ()> {
+/// What a path segment says about an ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParsedId {
+    /// Matches the pattern and names a possible row.
+    Id(i64),
+    /// Matches the pattern but is beyond the 63-bit range: no row has it.
+    OutOfRange,
+    /// Does not match the pattern.
+    Invalid,
+}
+
+/// Parses an ID from a path segment.
+pub fn parse_id(text: &str) -> ParsedId {
     let bytes = text.as_bytes();
     let valid = !bytes.is_empty()
         && bytes.len() <= 19
         && bytes[0] != b'0'
         && bytes.iter().all(u8::is_ascii_digit);
     if !valid {
-        return Err(());
+        return ParsedId::Invalid;
     }
-    Ok(text.parse::<u64>().ok().and_then(|v| i64::try_from(v).ok()))
+    match text.parse::<u64>().ok().and_then(|v| i64::try_from(v).ok()) {
+        Some(id) => ParsedId::Id(id),
+        None => ParsedId::OutOfRange,
+    }
 }
 
 #[cfg(test)]
@@ -76,7 +88,7 @@ mod tests {
         for _ in 0..20_000 {
             let id = generator.next();
             assert!(id > last);
-            assert!(parse_id(&id.to_string()).unwrap().is_some());
+            assert_eq!(parse_id(&id.to_string()), ParsedId::Id(id));
             last = id;
         }
     }
@@ -91,15 +103,12 @@ mod tests {
 
     #[test]
     fn id_pattern_boundaries() {
-        assert_eq!(parse_id("1"), Ok(Some(1)));
-        assert_eq!(parse_id("9223372036854775807"), Ok(Some(i64::MAX)));
-        assert_eq!(parse_id("9999999999999999999"), Ok(None));
-        assert!(parse_id("12345678901234567890").is_err());
-        assert!(parse_id("0").is_err());
-        assert!(parse_id("01").is_err());
-        assert!(parse_id("").is_err());
-        assert!(parse_id("12a").is_err());
-        assert!(parse_id("+1").is_err());
+        assert_eq!(parse_id("1"), ParsedId::Id(1));
+        assert_eq!(parse_id("9223372036854775807"), ParsedId::Id(i64::MAX));
+        assert_eq!(parse_id("9999999999999999999"), ParsedId::OutOfRange);
+        for bad in ["12345678901234567890", "0", "01", "", "12a", "+1"] {
+            assert_eq!(parse_id(bad), ParsedId::Invalid, "{bad}");
+        }
     }
 
     proptest! {
@@ -107,7 +116,7 @@ mod tests {
         fn parse_agrees_with_the_pattern(s in "\\PC{0,22}") {
             let matches = !s.is_empty() && s.len() <= 19 && !s.starts_with('0')
                 && s.chars().all(|c| c.is_ascii_digit());
-            prop_assert_eq!(parse_id(&s).is_ok(), matches);
+            prop_assert_eq!(parse_id(&s) != ParsedId::Invalid, matches);
         }
     }
 }

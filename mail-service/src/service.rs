@@ -517,7 +517,8 @@ impl MailService {
             let now = self.clock.now_ms();
             let (status, detail, unknown) = match result {
                 Handoff::Accepted => {
-                    self.store
+                    let recorded = self
+                        .store
                         .finish_handoff(
                             &[EmailUpdate {
                                 id: new.id,
@@ -527,9 +528,18 @@ impl MailService {
                             None,
                             now,
                         )
-                        .await?;
-                    sent_ids.push(new.id.to_string());
-                    continue;
+                        .await;
+                    if recorded.is_ok() {
+                        sent_ids.push(new.id.to_string());
+                        continue;
+                    }
+                    // Sent but not recorded: the sweeper will declare it
+                    // unknown; stop here and say so.
+                    (
+                        "unknown",
+                        "the provider accepted it but the result could not be recorded".to_string(),
+                        true,
+                    )
                 }
                 Handoff::Rejected(d) => ("failed", d, false),
                 Handoff::Unknown(d) => ("unknown", d, true),
@@ -818,6 +828,9 @@ fn judge(record: &KeyRecord, body_hash: &str, now: i64) -> Result<Judgement, Err
     }
 }
 
+/// A replayed outcome that is not the success shape of its endpoint. Keys
+/// are scoped by path, so a success is always the endpoint's own kind and
+/// only recorded failures arrive here.
 fn replayed_error(outcome: Outcome) -> Error {
     match outcome {
         Outcome::Failed { error, request_id } => Error::Replayed {

@@ -129,23 +129,26 @@ fn build_message(email: &ValidatedEmail, envelope: &Envelope<'_>) -> Result<Mess
         builder = builder.raw_header(HeaderValue::new(name, value.clone()));
     }
 
-    let text = fields.text.clone();
-    let html = fields.html.clone();
-    let body = match (text, html) {
-        (Some(t), Some(h)) => MultiPart::alternative_plain_html(t, h),
-        (None, Some(h)) => MultiPart::mixed().singlepart(SinglePart::html(h)),
-        (Some(t), None) => MultiPart::mixed().singlepart(SinglePart::plain(t)),
-        (None, None) => MultiPart::mixed().singlepart(SinglePart::plain(String::new())),
+    enum Body {
+        Single(SinglePart),
+        Alternative(MultiPart),
+    }
+    let body = match (fields.text.clone(), fields.html.clone()) {
+        (Some(t), Some(h)) => Body::Alternative(MultiPart::alternative_plain_html(t, h)),
+        (None, Some(h)) => Body::Single(SinglePart::html(h)),
+        (t, None) => Body::Single(SinglePart::plain(t.unwrap_or_default())),
     };
     let message = if email.attachments.is_empty() {
-        match (&fields.text, &fields.html) {
-            (Some(_), Some(_)) => builder.multipart(body),
-            (None, Some(h)) => builder.singlepart(SinglePart::html(h.clone())),
-            (t, None) => builder.singlepart(SinglePart::plain(t.clone().unwrap_or_default())),
+        match body {
+            Body::Single(part) => builder.singlepart(part),
+            Body::Alternative(parts) => builder.multipart(parts),
         }
     } else {
         let domain = email.from.email.domain().to_string();
-        let mut mixed = MultiPart::mixed().multipart(body);
+        let mut mixed = match body {
+            Body::Single(part) => MultiPart::mixed().singlepart(part),
+            Body::Alternative(parts) => MultiPart::mixed().multipart(parts),
+        };
         for a in &email.attachments {
             let content_type = a
                 .content_type
@@ -154,13 +157,16 @@ fn build_message(email: &ValidatedEmail, envelope: &Envelope<'_>) -> Result<Mess
                 .unwrap_or_else(|| {
                     ContentType::parse("application/octet-stream").expect("static MIME type")
                 });
-            let part = match &a.content_id {
-                Some(cid) => Attachment::new_inline(format!("{cid}@{domain}"))
-                    .body(a.bytes.clone(), content_type),
-                None => Attachment::new(a.filename.clone().unwrap_or_else(|| "attachment".into()))
-                    .body(a.bytes.clone(), content_type),
+            let attachment = match (&a.content_id, &a.filename) {
+                (Some(cid), Some(name)) => {
+                    Attachment::new_inline_with_name(format!("{cid}@{domain}"), name.clone())
+                }
+                (Some(cid), None) => Attachment::new_inline(format!("{cid}@{domain}")),
+                (None, name) => {
+                    Attachment::new(name.clone().unwrap_or_else(|| "attachment".into()))
+                }
             };
-            mixed = mixed.singlepart(part);
+            mixed = mixed.singlepart(attachment.body(a.bytes.clone(), content_type));
         }
         builder.multipart(mixed)
     };

@@ -8,7 +8,7 @@ use axum::http::request::Parts;
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::id::{ID_PATTERN, parse_id};
+use crate::id::{ID_PATTERN, ParsedId, parse_id};
 use crate::model::MAX_BODY_BYTES;
 use crate::service::{BatchValidation, Caller, IdempotencyKey, LogQuery};
 use crate::store::Permission;
@@ -105,11 +105,11 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
             .await
             .map_err(|_| Error::validation("id", format!("must match {ID_PATTERN}")))?;
         match parse_id(&segment) {
-            Ok(Some(id)) => Ok(IdPath(id)),
-            Ok(None) => Err(Error::NotFound {
+            ParsedId::Id(id) => Ok(IdPath(id)),
+            ParsedId::OutOfRange => Err(Error::NotFound {
                 what: "resource".into(),
             }),
-            Err(()) => Err(Error::validation("id", format!("must match {ID_PATTERN}"))),
+            ParsedId::Invalid => Err(Error::validation("id", format!("must match {ID_PATTERN}"))),
         }
     }
 }
