@@ -91,6 +91,24 @@ impl TestDb {
     }
 
     pub async fn store(&self) -> Store {
+        if self.schema.is_some() {
+            // One direct attempt first: a pool would retry until its timeout.
+            use sqlx::Connection;
+            let attempt = tokio::time::timeout(
+                Duration::from_secs(5),
+                sqlx::PgConnection::connect(&pg_url()),
+            )
+            .await;
+            if let Err(e) = attempt
+                .map_err(|_| "timed out".to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                panic!(
+                    "PostgreSQL is not reachable at {} ({e}). The PostgreSQL tests need it; set {PG_URL_VAR} to another URL",
+                    pg_url()
+                );
+            }
+        }
         match Store::connect(&self.storage).await {
             Ok(s) => s,
             Err(e) => panic!(
@@ -127,13 +145,14 @@ impl Drop for TestDb {
                 .build()
                 .expect("runtime");
             rt.block_on(async {
-                if let Ok(pool) = sqlx::PgPool::connect(&pg_url()).await {
+                use sqlx::Connection;
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&pg_url()).await {
                     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
                         "DROP SCHEMA IF EXISTS {schema} CASCADE"
                     )))
-                    .execute(&pool)
+                    .execute(&mut conn)
                     .await;
-                    pool.close().await;
+                    let _ = conn.close().await;
                 }
             })
         })
