@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -36,6 +36,15 @@ impl fmt::Debug for Caller {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Caller(bearer [redacted])")
     }
+}
+
+/// Instantiation timings of one release, both ways, taken in one run.
+#[derive(Debug, Clone)]
+pub struct InstantiationSamples {
+    /// Fresh store + `InstancePre::instantiate` on the pooled engine.
+    pub pooled_pre: Vec<Duration>,
+    /// Fresh store + `Linker::instantiate` on a plain (on-demand) engine.
+    pub plain_linker: Vec<Duration>,
 }
 
 /// What to run.
@@ -283,6 +292,80 @@ impl Host {
             }
             Err(trap) => Err(runtime::classify_trap(&trap, &self.limits)),
         }
+    }
+
+    /// Measures instantiating an installed release `iterations` times from
+    /// the pooled, cached `InstancePre` the invocations use and with a plain
+    /// `Linker::instantiate` on an engine without pooling, interleaved.
+    pub fn measure_instantiation(
+        &self,
+        extension: &str,
+        project: &str,
+        iterations: usize,
+    ) -> Result<InstantiationSamples, InvokeError> {
+        let stored = self
+            .state
+            .release(extension)
+            .map_err(|e| internal("the host state is unavailable", e))?
+            .ok_or_else(|| InvokeError::NotFound(format!("{extension} is not installed")))?;
+        let release = self.loaded_release(extension, &stored.digest)?;
+        let generation = self
+            .state
+            .generation(extension, project)
+            .map_err(|e| internal("the host state is unavailable", e))?;
+        let pre = self.instance_pre(&release, project, generation)?;
+        let bytes = self
+            .state
+            .release_file(extension, &release.spec.component)
+            .map_err(|e| internal("the host state is unavailable", e))?
+            .ok_or_else(|| internal("the stored release lacks its component", extension))?;
+        let plain_engine =
+            runtime::engine(&self.limits, false).map_err(|e| internal("plain engine", e))?;
+        let plain_linker =
+            runtime::linker(&plain_engine).map_err(|e| internal("plain linker", e))?;
+        let plain_component =
+            runtime::compile(&plain_engine, &bytes).map_err(|e| internal("plain compile", e))?;
+        let scope = Arc::new(InvocationScope {
+            extension_id: extension.to_string(),
+            project_id: project.to_string(),
+            request_id: "instantiation-benchmark".into(),
+            action: String::new(),
+            release_digest: release.digest.clone(),
+            spec: release.spec.clone(),
+            settings: Default::default(),
+            provider_origin: None,
+            deadline: Instant::now() + self.limits.deadline,
+        });
+        let data = || {
+            InvocationState::new(
+                scope.clone(),
+                self.state.clone(),
+                self.agent.clone(),
+                self.limits.clone(),
+            )
+        };
+        let ticks = self.limits.deadline_ticks();
+        let mut samples = InstantiationSamples {
+            pooled_pre: Vec::with_capacity(iterations),
+            plain_linker: Vec::with_capacity(iterations),
+        };
+        for _ in 0..iterations {
+            let started = Instant::now();
+            let mut store = runtime::new_store(&self.engine, data(), ticks);
+            pre.instantiate(&mut store)
+                .map_err(|e| internal("pooled instantiation", e))?;
+            drop(store);
+            samples.pooled_pre.push(started.elapsed());
+
+            let started = Instant::now();
+            let mut store = runtime::new_store(&plain_engine, data(), ticks);
+            plain_linker
+                .instantiate(&mut store, &plain_component)
+                .map_err(|e| internal("plain instantiation", e))?;
+            drop(store);
+            samples.plain_linker.push(started.elapsed());
+        }
+        Ok(samples)
     }
 
     /// The installed release with `digest`, compiled once and cached.

@@ -32,7 +32,7 @@ pub mod state;
 pub use error::{InvokeError, Limit};
 pub use host::{Host, HostConfig, HostError, IssuedToken};
 pub use install::{InstallError, ReleaseSummary, SUPPORTED_WIT_VERSIONS};
-pub use invoke::{Caller, Invocation, InvokeRequest};
+pub use invoke::{Caller, InstantiationSamples, Invocation, InvokeRequest};
 pub use runtime::{EpochTicker, SandboxLimits};
 pub use secret::Secret;
 pub use state::AuthStyle;

@@ -1,0 +1,125 @@
+//! Invocation latency of an action that reads one document and makes no
+//! provider call (`docs.read_one` of the test extension), through the same
+//! `Host::invoke` every surface uses; and, in the same run, the cost of a
+//! pooled `InstancePre` instantiation against a plain `Linker::instantiate`.
+//!
+//! `cargo bench -p host-sim --bench invoke` (needs `cargo xtask guests`).
+//! `HOST_SIM_BENCH_ITERATIONS` sets the number of timed invocations.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use extension_release::{PublisherKey, write_release};
+use host_sim::{Caller, Host, HostConfig, InvokeRequest};
+use serde_json::json;
+
+const EXTENSION: &str = "test-extension";
+const PROJECT: &str = "bench";
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn summary(name: &str, mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    let p50 = percentile(&samples, 0.50);
+    println!(
+        "{name:<34} n={:<6} p50={:>8.1} µs  p99={:>8.1} µs  min={:>8.1} µs",
+        samples.len(),
+        micros(p50),
+        micros(percentile(&samples, 0.99)),
+        micros(samples[0]),
+    );
+    p50
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let component = std::fs::read(root.join("../target/guests/test_extension.wasm"))
+        .expect("run `cargo xtask guests` to build the guest components");
+    let manifest = std::fs::read_to_string(root.join("test-extension/manifest.toml")).unwrap();
+    let iterations: usize = std::env::var("HOST_SIM_BENCH_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5000);
+
+    let dir = tempfile::tempdir().unwrap();
+    let state_dir = dir.path().join("state");
+    let key = PublisherKey::generate();
+    let trust = state_dir.join("trusted-publishers");
+    std::fs::create_dir_all(&trust).unwrap();
+    std::fs::write(trust.join("bench.pub"), key.public().to_line("bench")).unwrap();
+    let release = dir.path().join("release");
+    let files = BTreeMap::from([("extension.wasm".to_string(), component)]);
+    write_release(&manifest, &files, &key, &release).unwrap();
+
+    let host = Host::open(HostConfig::new(&state_dir)).unwrap();
+    host.install_release(&release, &mut |_| {}).unwrap();
+    host.approve(EXTENSION, &[]).unwrap();
+    host.grant(EXTENSION, PROJECT).unwrap();
+    let token = host
+        .issue_token("bench", &[PROJECT.to_string()], Duration::from_secs(3600))
+        .unwrap()
+        .token;
+    let caller = Caller::bearer(token);
+    let request = |action: &str, input| InvokeRequest {
+        extension: EXTENSION.into(),
+        project: PROJECT.into(),
+        action: action.into(),
+        input,
+        generation: Some(host.generation(EXTENSION, PROJECT).unwrap()),
+    };
+    let write = host.invoke(
+        &caller,
+        &request("docs.write", json!({ "id": "one", "body": { "n": 1 } })),
+    );
+    write.result.expect("seed document");
+    let read = request("docs.read_one", json!({}));
+
+    for _ in 0..200 {
+        host.invoke(&caller, &read)
+            .result
+            .expect("warm-up invocation");
+    }
+    let mut latencies = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let invocation = host.invoke(&caller, &read);
+        latencies.push(started.elapsed());
+        assert!(invocation.result.is_ok(), "{:?}", invocation.result);
+    }
+    println!(
+        "host-sim invocation benchmark ({} cores)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    let p50 = summary("invoke docs.read_one", latencies);
+
+    let samples = host
+        .measure_instantiation(EXTENSION, PROJECT, iterations.min(2000))
+        .unwrap();
+    let pooled = summary("instantiate: pooled InstancePre", samples.pooled_pre);
+    let plain = summary(
+        "instantiate: plain Linker::instantiate",
+        samples.plain_linker,
+    );
+    println!(
+        "ratio pooled InstancePre / plain Linker::instantiate (p50): {:.3}",
+        pooled.as_secs_f64() / plain.as_secs_f64()
+    );
+    println!(
+        "target p50 < 100 µs: {}",
+        if p50 < Duration::from_micros(100) {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+}
