@@ -1,13 +1,15 @@
 //! Load benchmark: `mail-service serve` runs as its own process on loopback
 //! with the file transport; this process loads it with concurrent
-//! `POST /emails` for a fixed time and prints accepted sends per second and
-//! the p99 latency, on SQLite and on PostgreSQL. In the same run it measures
-//! the raw rate of the same database doing the row writes one accepted send
-//! costs (request log insert + update, rate-window upsert, email insert +
-//! update), and prints the ratio.
+//! `POST /emails` and prints accepted sends per second and the p50/p99
+//! latency, on SQLite and on PostgreSQL. In the same run, in slices
+//! interleaved with the API load, it measures the raw rate of the same
+//! database doing the row writes one accepted send costs (request log insert
+//! and update, rate-window upsert, email insert and update), with the API's
+//! number of writers and with 4, and prints the ratio of the API's rate to
+//! the best raw rate.
 //!
 //! `cargo bench -p mail-service --bench send_load`
-//! Environment: MAIL_BENCH_SECONDS (default 10), MAIL_BENCH_CONCURRENCY
+//! Environment: MAIL_BENCH_SECONDS (default 15, per load kind), MAIL_BENCH_CONCURRENCY
 //! (default 16), MAIL_TEST_DATABASE_URL (default
 //! postgres://postgres@127.0.0.1:5432/test).
 
@@ -35,6 +37,30 @@ struct Figures {
     count: usize,
 }
 
+/// Latencies of completed operations over several slices of time.
+#[derive(Default)]
+struct Samples {
+    latencies: Vec<Duration>,
+    seconds: f64,
+}
+
+impl Samples {
+    fn add(&mut self, latencies: Vec<Duration>, elapsed: f64) {
+        self.latencies.extend(latencies);
+        self.seconds += elapsed;
+    }
+
+    fn figures(mut self) -> Figures {
+        self.latencies.sort();
+        Figures {
+            rate: self.latencies.len() as f64 / self.seconds,
+            p99_ms: percentile(&self.latencies, 0.99),
+            p50_ms: percentile(&self.latencies, 0.50),
+            count: self.latencies.len(),
+        }
+    }
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -43,7 +69,12 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[idx].as_secs_f64() * 1000.0
 }
 
-async fn load_api(base: &str, key: &str, seconds: u64, concurrency: usize) -> (Figures, usize) {
+async fn load_api(
+    base: &str,
+    key: &str,
+    seconds: u64,
+    concurrency: usize,
+) -> (Vec<Duration>, f64, usize) {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()
@@ -86,17 +117,7 @@ async fn load_api(base: &str, key: &str, seconds: u64, concurrency: usize) -> (F
         all.extend(l);
         errors += e;
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort();
-    (
-        Figures {
-            rate: all.len() as f64 / elapsed,
-            p99_ms: percentile(&all, 0.99),
-            p50_ms: percentile(&all, 0.50),
-            count: all.len(),
-        },
-        errors,
-    )
+    (all, started.elapsed().as_secs_f64(), errors)
 }
 
 async fn load_raw(
@@ -106,7 +127,7 @@ async fn load_raw(
     key_id: i64,
     seconds: u64,
     concurrency: usize,
-) -> Figures {
+) -> (Vec<Duration>, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency)
@@ -150,14 +171,7 @@ async fn load_raw(
     for w in workers {
         all.extend(w.await.unwrap());
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    all.sort();
-    Figures {
-        rate: all.len() as f64 / elapsed,
-        p99_ms: percentile(&all, 0.99),
-        p50_ms: percentile(&all, 0.50),
-        count: all.len(),
-    }
+    (all, started.elapsed().as_secs_f64())
 }
 
 async fn run(
@@ -213,30 +227,53 @@ async fn run(
     let base = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("server address");
-    let (api, errors) = load_api(&base, &key, seconds, concurrency).await;
+    // Interleave short slices of API load and raw load so both see the same
+    // background load on a shared machine; the raw side runs with the API's
+    // number of writers and with 4 (more writers than the database likes
+    // only adds contention on hot rows), and the best raw rate is the
+    // storage's limit.
+    let rounds = 5;
+    let slice = (seconds / rounds).max(1);
+    let mut api = Samples::default();
+    let mut raw_same = Samples::default();
+    let mut raw_four = Samples::default();
+    let mut errors = 0;
+    for _ in 0..rounds {
+        let (latencies, elapsed, e) = load_api(&base, &key, slice, concurrency).await;
+        api.add(latencies, elapsed);
+        errors += e;
+        let (latencies, elapsed) = load_raw(
+            &store,
+            &service,
+            record.tenant_id,
+            record.id,
+            slice,
+            concurrency,
+        )
+        .await;
+        raw_same.add(latencies, elapsed);
+        let (latencies, elapsed) =
+            load_raw(&store, &service, record.tenant_id, record.id, slice, 4).await;
+        raw_four.add(latencies, elapsed);
+    }
     let _ = child.kill();
     let _ = child.wait();
-
-    let raw = load_raw(
-        &store,
-        &service,
-        record.tenant_id,
-        record.id,
-        seconds,
-        concurrency,
-    )
-    .await;
+    let api = api.figures();
+    let raw_same = raw_same.figures();
+    let raw_four = raw_four.figures();
     println!(
-        "{label:<10} API  POST /emails accepted: {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} sent, {} errors, {concurrency} connections, {seconds} s)",
-        api.rate, api.p50_ms, api.p99_ms, api.count, errors
+        "{label:<9} API POST /emails accepted: {:>7.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} sent, {errors} errors, {concurrency} connections)",
+        api.rate, api.p50_ms, api.p99_ms, api.count
     );
+    for (writers, raw) in [(concurrency, &raw_same), (4, &raw_four)] {
+        println!(
+            "{label:<9} raw same row writes:       {:>7.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} emails, {writers} writers)",
+            raw.rate, raw.p50_ms, raw.p99_ms, raw.count
+        );
+    }
     println!(
-        "{label:<10} raw  same row writes:         {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} emails)",
-        raw.rate, raw.p50_ms, raw.p99_ms, raw.count
-    );
-    println!(
-        "{label:<10} ratio API / raw storage: {:.2}",
-        api.rate / raw.rate
+        "{label:<9} ratio API / best raw rate: {:.2}",
+        api.rate / raw_same.rate.max(raw_four.rate)
     );
     store.close().await;
 }
@@ -249,7 +286,7 @@ async fn main() {
     let seconds = if quick {
         1
     } else {
-        env_or("MAIL_BENCH_SECONDS", 10)
+        env_or("MAIL_BENCH_SECONDS", 15)
     };
     let concurrency = env_or("MAIL_BENCH_CONCURRENCY", 16) as usize;
 
