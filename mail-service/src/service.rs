@@ -336,7 +336,7 @@ impl MailService {
     pub async fn email(&self, caller: &Caller, id: i64) -> Result<EmailView, Error> {
         let record = self
             .store
-            .email(Some(caller.principal.tenant_id), id)
+            .email(caller.principal.tenant_id, id)
             .await?
             .ok_or_else(|| Error::NotFound {
                 what: "email".into(),

@@ -549,19 +549,6 @@ impl Store {
         })
     }
 
-    pub async fn key_record(&self, key: &KeyRef) -> Result<Option<KeyRecord>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query("SELECT body_hash, state, email_ids, outcome, lease_until FROM idempotency_keys WHERE tenant_id = $1 AND scope = $2 AND idem_key = $3")
-                .bind(key.tenant_id)
-                .bind(&key.scope)
-                .bind(&key.key)
-                .fetch_optional(pool)
-                .await?
-                .map(|row| key_record(&row))
-                .transpose()?
-        }))
-    }
-
     /// Records the result of a handoff: the emails' final states and, when a
     /// key was reserved, its state (`completed` or `unknown`) and the outcome
     /// to replay, in one transaction. A row the sweeper already declared
@@ -640,15 +627,11 @@ impl Store {
         })
     }
 
-    pub async fn email(
-        &self,
-        tenant_id: Option<i64>,
-        id: i64,
-    ) -> Result<Option<EmailRecord>, Error> {
+    pub async fn email(&self, tenant_id: i64, id: i64) -> Result<Option<EmailRecord>, Error> {
         Ok(on_db!(self, pool => {
             sqlx::query(
                 "SELECT id, status, revision, payload, message_id, handoff_detail, created_at, updated_at \
-                 FROM emails WHERE id = $1 AND ($2 IS NULL OR tenant_id = $2)",
+                 FROM emails WHERE id = $1 AND tenant_id = $2",
             )
             .bind(id)
             .bind(tenant_id)
