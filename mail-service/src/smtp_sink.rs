@@ -4,13 +4,16 @@
 //! reply. Start it with [`SmtpSink::start`] or `mail-service smtp-sink`.
 
 use std::net::SocketAddr;
+
+use base64::Engine;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Recipients whose address contains this are refused at `RCPT TO` (550),
-/// whatever the mode: a way to make one item of a batch fail.
+/// and users whose name contains it at `AUTH` (535), whatever the mode: a
+/// way to make one item of a batch, or a login, fail.
 pub const REJECTED_MAILBOX_MARK: &str = "reject-me";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -141,9 +144,22 @@ async fn session(
         } else if upper.starts_with("HELO") || upper.starts_with("NOOP") {
             write.write_all(b"250 OK\r\n").await?;
         } else if upper.starts_with("AUTH") {
-            write
-                .write_all(b"235 2.7.0 Authentication successful\r\n")
-                .await?;
+            // `AUTH PLAIN <base64 of \0user\0password>`: users carrying the
+            // rejection mark are refused.
+            let credentials = line
+                .split_whitespace()
+                .nth(2)
+                .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+                .unwrap_or_default();
+            if String::from_utf8_lossy(&credentials).contains(REJECTED_MAILBOX_MARK) {
+                write
+                    .write_all(b"535 5.7.8 Authentication credentials invalid\r\n")
+                    .await?;
+            } else {
+                write
+                    .write_all(b"235 2.7.0 Authentication successful\r\n")
+                    .await?;
+            }
         } else if upper.starts_with("MAIL FROM:") {
             mail_from = line.trim_end()[10..].trim().to_string();
             rcpt_to.clear();

@@ -173,6 +173,33 @@ async fn upstream_down_is_502_not_sent(b: Backend) {
     );
 }
 
+async fn refused_login_is_502_and_never_shows_the_password(b: Backend) {
+    let sink = SmtpSink::start(0, SinkMode::Accept).await.unwrap();
+    let mut transport = smtp(sink.port(), Duration::from_secs(5));
+    if let mail_service::transport::Transport::Smtp(config) = &mut transport {
+        config.username = Some("reject-me".into());
+    }
+    let app = TestApp::with(b, Some(transport), Settings::default()).await;
+    let resp = app.send(&email()).await;
+    resp.expect(502, "handoff_failed");
+    assert_eq!(resp.body["status"], "failed");
+    assert!(resp.message().contains("535"), "{}", resp.message());
+    let id = resp.body["email_id"].as_str().unwrap();
+    let stored = app.get(&format!("/emails/{id}")).await;
+    let logs = app.get("/logs?limit=100").await;
+    for text in [
+        resp.body.to_string(),
+        stored.body.to_string(),
+        logs.body.to_string(),
+    ] {
+        assert!(
+            !text.contains("relay-password-S3CRET"),
+            "password leaked: {text}"
+        );
+    }
+    assert!(sink.received().is_empty());
+}
+
 async fn batch_stops_at_the_first_failed_handoff(b: Backend) {
     let (app, sink) = app_with_sink(b, SinkMode::Accept, Duration::from_secs(5)).await;
     let mut bad = email();
@@ -234,6 +261,7 @@ on_both_backends!(
     drop_after_data_is_unknown_and_keeps_the_key_reserved,
     no_reply_times_out_as_unknown,
     upstream_down_is_502_not_sent,
+    refused_login_is_502_and_never_shows_the_password,
     batch_stops_at_the_first_failed_handoff,
     batch_validation_modes,
 );
