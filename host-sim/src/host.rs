@@ -11,7 +11,7 @@ use wasmtime::Engine;
 use wasmtime::component::{Component, Linker};
 
 use crate::bindings::ManagedExtensionPre;
-use crate::capabilities::http::{agent, check_origin};
+use crate::capabilities::http::{check_origin, client};
 use crate::install::InstallError;
 use crate::runtime::{self, EpochTicker, InvocationState, SandboxLimits};
 use crate::secret::Secret;
@@ -102,7 +102,7 @@ pub struct Host {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<InvocationState>,
     pub(crate) limits: Arc<SandboxLimits>,
-    pub(crate) agent: ureq::Agent,
+    pub(crate) client: reqwest::blocking::Client,
     pub(crate) trust_dir: PathBuf,
     pub(crate) releases: RwLock<HashMap<String, Arc<LoadedRelease>>>,
     pub(crate) instances: Mutex<HashMap<PreKey, ManagedExtensionPre<InvocationState>>>,
@@ -125,7 +125,7 @@ impl Host {
             engine,
             linker,
             limits,
-            agent: agent(),
+            client: client().map_err(|e| HostError::Runtime(format!("HTTP client: {e}")))?,
             trust_dir: config.trust_dir(),
             releases: RwLock::new(HashMap::new()),
             instances: Mutex::new(HashMap::new()),

@@ -215,7 +215,7 @@ impl Host {
         let data = InvocationState::new(
             scope,
             self.state.clone(),
-            self.agent.clone(),
+            self.client.clone(),
             self.limits.clone(),
         );
         let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
@@ -340,7 +340,7 @@ impl Host {
             InvocationState::new(
                 scope.clone(),
                 self.state.clone(),
-                self.agent.clone(),
+                self.client.clone(),
                 self.limits.clone(),
             )
         };

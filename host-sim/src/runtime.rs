@@ -184,7 +184,7 @@ pub struct InvocationState {
     stderr: MemoryOutputPipe,
     pub(crate) scope: Arc<InvocationScope>,
     pub(crate) state: Arc<State>,
-    pub(crate) agent: ureq::Agent,
+    pub(crate) client: reqwest::blocking::Client,
     pub(crate) limits: Arc<SandboxLimits>,
     host_calls: u32,
     pub(crate) response_bytes: usize,
@@ -236,7 +236,7 @@ impl InvocationState {
     pub fn new(
         scope: Arc<InvocationScope>,
         state: Arc<State>,
-        agent: ureq::Agent,
+        client: reqwest::blocking::Client,
         limits: Arc<SandboxLimits>,
     ) -> Self {
         let stdout = MemoryOutputPipe::new(limits.max_guest_output_bytes);
@@ -254,7 +254,7 @@ impl InvocationState {
             memory_limit: limits.memory_bytes,
             scope,
             state,
-            agent,
+            client,
             limits,
             host_calls: 0,
             response_bytes: 0,

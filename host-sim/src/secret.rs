@@ -61,16 +61,20 @@ fn needles(secret: &Secret) -> Vec<String> {
     if raw.is_empty() {
         return Vec::new();
     }
-    let mut needles = vec![raw.to_string()];
+    // The raw value, its JSON string escape, and both with `/` as `\/`.
     let escaped = serde_json::to_string(raw).unwrap_or_default();
-    let escaped = escaped.trim_matches('"');
-    if escaped != raw && !escaped.is_empty() {
-        needles.push(escaped.to_string());
+    let escaped = escaped.trim_matches('"').to_string();
+    let mut needles = Vec::new();
+    for form in [raw.to_string(), escaped] {
+        let slashed = form.replace('/', "\\/");
+        for needle in [form, slashed] {
+            if !needle.is_empty() && !needles.contains(&needle) {
+                needles.push(needle);
+            }
+        }
     }
-    let slash_escaped = raw.replace('/', "\\/");
-    if slash_escaped != raw {
-        needles.push(slash_escaped);
-    }
+    // Longest first, so a shorter form never splits a longer occurrence.
+    needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
     needles
 }
 

@@ -935,3 +935,117 @@ fn bump_project(tx: &Transaction<'_>, project_id: &str) -> Result<()> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open() -> (tempfile::TempDir, State) {
+        let dir = tempfile::tempdir().unwrap();
+        let state = State::open(&dir.path().join(DB_FILE)).unwrap();
+        (dir, state)
+    }
+
+    const P1: DocumentScope<'static> = DocumentScope {
+        project_id: "p1",
+        extension_id: "ext",
+    };
+
+    #[test]
+    fn documents_have_revisions_and_compare_and_set() {
+        let (_dir, state) = open();
+        assert_eq!(
+            state
+                .put_document(P1, "site", "a", "1", Condition::Absent)
+                .unwrap(),
+            WriteOutcome::Done(1)
+        );
+        assert_eq!(
+            state
+                .put_document(P1, "site", "a", "2", Condition::Absent)
+                .unwrap(),
+            WriteOutcome::Conflict(1)
+        );
+        assert_eq!(
+            state
+                .put_document(P1, "site", "a", "2", Condition::Revision(1))
+                .unwrap(),
+            WriteOutcome::Done(2)
+        );
+        assert_eq!(
+            state
+                .put_document(P1, "site", "a", "3", Condition::Revision(1))
+                .unwrap(),
+            WriteOutcome::Conflict(2)
+        );
+        let other = DocumentScope {
+            project_id: "p2",
+            extension_id: "ext",
+        };
+        assert_eq!(state.document(other, "site", "a").unwrap(), None);
+        assert_eq!(
+            state
+                .delete_document(P1, "site", "a", Condition::Revision(1))
+                .unwrap(),
+            WriteOutcome::Conflict(2)
+        );
+        assert_eq!(
+            state
+                .delete_document(P1, "site", "a", Condition::None)
+                .unwrap(),
+            WriteOutcome::Done(true)
+        );
+        assert_eq!(
+            state
+                .delete_document(P1, "site", "a", Condition::None)
+                .unwrap(),
+            WriteOutcome::Done(false)
+        );
+    }
+
+    #[test]
+    fn tokens_are_stored_hashed_and_expire() {
+        let (dir, state) = open();
+        state
+            .store_token("hst_secret-token", "u", &["p1".into()], now_secs() + 60)
+            .unwrap();
+        state
+            .store_token("hst_old", "u", &["p1".into()], now_secs() - 1)
+            .unwrap();
+        assert!(
+            state
+                .invocation_snapshot("hst_secret-token", "ext", "p1")
+                .unwrap()
+                .project_access
+        );
+        assert!(
+            state
+                .invocation_snapshot("hst_old", "ext", "p1")
+                .unwrap()
+                .user
+                .is_none()
+        );
+        drop(state);
+        let raw = std::fs::read(dir.path().join(DB_FILE)).unwrap();
+        let needle = b"hst_secret-token";
+        assert!(!raw.windows(needle.len()).any(|w| w == needle));
+    }
+
+    #[test]
+    fn reopening_migrates_once() {
+        let (dir, state) = open();
+        state
+            .set_tracking_origin("p1", Some("https://t.example"))
+            .unwrap();
+        drop(state);
+        let state = State::open(&dir.path().join(DB_FILE)).unwrap();
+        assert_eq!(
+            state
+                .project_settings("p1")
+                .unwrap()
+                .tracking_origin
+                .as_deref(),
+            Some("https://t.example")
+        );
+    }
+}

@@ -274,3 +274,26 @@ fn errors_have_one_json_shape_with_the_request_id() {
     assert!(body["error"]["message"].as_str().unwrap().contains("token"));
     assert_eq!(body["request_id"], invocation.request_id);
 }
+
+#[test]
+fn one_host_serves_many_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<host_sim::Host>();
+    let env = TestEnv::new();
+    let token = env.ready("p1");
+    std::thread::scope(|scope| {
+        for worker in 0..4 {
+            let (env, token) = (&env, &token);
+            scope.spawn(move || {
+                for i in 0..10 {
+                    let id = format!("w{worker}-{i}");
+                    let written =
+                        env.invoke(token, "p1", "docs.write", json!({ "id": id, "body": i }));
+                    assert_eq!(code(&written), "ok", "{:?}", written.result);
+                }
+            });
+        }
+    });
+    let stored = env.host.state().documents("p1").unwrap();
+    assert_eq!(stored.len(), 40);
+}

@@ -16,7 +16,8 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use ureq::http;
+use reqwest::blocking::Client;
+use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::bindings::platform::extension::http_binding::{self, BindingError, Request, Response};
 use crate::runtime::InvocationState;
@@ -223,8 +224,7 @@ fn check_shape(request: &Request) -> Result<(), String> {
         if REFUSED_REQUEST_HEADERS.contains(&lower.as_str()) || lower.starts_with("proxy-") {
             return Err(format!("header {lower} is set by the host"));
         }
-        if http::HeaderName::from_bytes(name.as_bytes()).is_err()
-            || http::HeaderValue::from_str(value).is_err()
+        if HeaderName::from_bytes(name.as_bytes()).is_err() || HeaderValue::from_str(value).is_err()
         {
             return Err(format!("header {} is malformed", printable(name)));
         }
@@ -268,15 +268,25 @@ fn check_path(path: &str) -> Result<(), String> {
 /// credential headers and redacts the secret from what comes back.
 pub(crate) fn send(
     call: AuthorizedCall,
-    agent: &ureq::Agent,
+    client: &Client,
     request_id: &str,
 ) -> Result<Response, BindingError> {
     let name = call.binding.name.clone();
     let what = format!("binding {name}: {} {}", call.method, call.path);
-    let mut uri = format!("{}{}", call.binding.origin.trim_end_matches('/'), call.path);
+    let fail = |failure: BindingError| {
+        tracing::warn!(
+            request_id,
+            binding = %name,
+            path = %call.path,
+            "binding call failed: {}",
+            binding_error_message(&failure)
+        );
+        failure
+    };
+    let mut url = format!("{}{}", call.binding.origin.trim_end_matches('/'), call.path);
     if let Some(query) = &call.query {
-        uri.push('?');
-        uri.push_str(query);
+        url.push('?');
+        url.push_str(query);
     }
     let auth_header = call.binding.auth_style.header();
     let secret = &call.binding.secret;
@@ -284,43 +294,40 @@ pub(crate) fn send(
         AuthStyle::Bearer => format!("Bearer {}", secret.expose()),
         AuthStyle::UmamiApiKey => secret.expose().to_string(),
     };
-    let mut builder = http::Request::builder()
-        .method(call.method.as_str())
-        .uri(&uri);
-    for (name, value) in &call.headers {
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    let mut auth = match http::HeaderValue::from_str(&auth_value) {
-        Ok(value) => value,
-        Err(_) => {
-            return Err(BindingError::Unavailable(format!(
-                "{what}: the binding's secret cannot be sent as a header; ask the operator to set it again"
-            )));
-        }
+    let Ok(mut auth) = HeaderValue::from_str(&auth_value) else {
+        return Err(fail(BindingError::Unavailable(format!(
+            "{what}: the binding's secret cannot be sent as a header; ask the operator to set it again"
+        ))));
     };
     auth.set_sensitive(true);
-    builder = builder.header(auth_header, auth);
-    let body = call.body.unwrap_or_default();
-    let request = builder.body(body).map_err(|_| {
-        BindingError::InvalidRequest(format!("{what}: the request cannot be built"))
-    })?;
+    let Ok(method) = reqwest::Method::from_bytes(call.method.as_bytes()) else {
+        return Err(fail(BindingError::InvalidRequest(format!(
+            "{what}: bad method"
+        ))));
+    };
+    let mut request = client
+        .request(method, &url)
+        .timeout(call.timeout)
+        .header(auth_header, auth);
+    for (name, value) in &call.headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    if let Some(body) = call.body {
+        request = request.body(body);
+    }
     let started = Instant::now();
-    let result = ureq::RequestExt::with_agent(request, agent)
-        .configure()
-        .timeout_global(Some(call.timeout))
-        .run();
-    let mut response = match result {
+    let response = match request.send() {
         Ok(response) => response,
-        Err(error) => {
-            let failure = match error {
-                ureq::Error::Timeout(_) => BindingError::Timeout(format!(
-                    "{what}: no answer within {} ms",
-                    call.timeout.as_millis()
-                )),
-                _ => BindingError::Unavailable(format!("{what}: the origin could not be reached")),
-            };
-            tracing::warn!(request_id, binding = %name, path = %call.path, elapsed_ms = started.elapsed().as_millis() as u64, "binding call failed: {}", binding_error_message(&failure));
-            return Err(failure);
+        Err(error) if error.is_timeout() => {
+            return Err(fail(BindingError::Timeout(format!(
+                "{what}: no answer within {} ms",
+                call.timeout.as_millis()
+            ))));
+        }
+        Err(_) => {
+            return Err(fail(BindingError::Unavailable(format!(
+                "{what}: the origin could not be reached"
+            ))));
         }
     };
     let status = response.status().as_u16();
@@ -335,23 +342,28 @@ pub(crate) fn send(
         })
         .collect();
     let mut body = Vec::new();
-    let read = response
-        .body_mut()
-        .as_reader()
+    if let Err(error) = response
         .take(call.max_bytes as u64 + 1)
-        .read_to_end(&mut body);
-    if read.is_err() {
-        let failure = BindingError::Unavailable(format!("{what}: the response could not be read"));
-        tracing::warn!(request_id, binding = %name, path = %call.path, "binding call failed: {}", binding_error_message(&failure));
-        return Err(failure);
+        .read_to_end(&mut body)
+    {
+        let timed_out = error.kind() == std::io::ErrorKind::TimedOut
+            || std::error::Error::source(&error)
+                .and_then(|e| e.downcast_ref::<reqwest::Error>())
+                .is_some_and(reqwest::Error::is_timeout);
+        return Err(fail(if timed_out {
+            BindingError::Timeout(format!(
+                "{what}: the response did not arrive within {} ms",
+                call.timeout.as_millis()
+            ))
+        } else {
+            BindingError::Unavailable(format!("{what}: the response could not be read"))
+        }));
     }
     if body.len() > call.max_bytes {
-        let failure = BindingError::ResponseTooLarge(format!(
+        return Err(fail(BindingError::ResponseTooLarge(format!(
             "{what}: the response is larger than {} bytes",
             call.max_bytes
-        ));
-        tracing::warn!(request_id, binding = %name, path = %call.path, "binding call failed: {}", binding_error_message(&failure));
-        return Err(failure);
+        ))));
     }
     let body = redact_bytes(&body, secrets);
     tracing::info!(
@@ -371,17 +383,15 @@ pub(crate) fn send(
     })
 }
 
-/// The agent every binding call goes through: no proxy from the
+/// The client every binding call goes through: no proxy from the
 /// environment, no redirects (a redirect must not carry the secret
-/// elsewhere), statuses passed to the guest as they are.
-pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .proxy(None)
+/// elsewhere), no cookies kept, statuses passed to the guest as they are.
+pub fn client() -> reqwest::Result<Client> {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
         .user_agent("host-sim")
         .build()
-        .into()
 }
 
 pub(crate) fn binding_error_message(error: &BindingError) -> &str {
@@ -417,7 +427,7 @@ impl http_binding::Host for InvocationState {
             Err(refusal) => return Ok(Err(refusal)),
         };
         let max = call.max_bytes;
-        let result = send(call, &self.agent, &self.scope.request_id);
+        let result = send(call, &self.client, &self.scope.request_id);
         if let Ok(response) = &result {
             self.response_bytes += response.body.len().min(max);
         }
@@ -453,7 +463,7 @@ pub fn check_secret(secret: &str) -> Result<Secret, String> {
     if secret.is_empty() {
         return Err("the secret is empty".into());
     }
-    if http::HeaderValue::from_str(secret).is_err() {
+    if HeaderValue::from_str(secret).is_err() {
         return Err("the secret has characters that cannot go in an HTTP header".into());
     }
     Ok(Secret::new(secret))
@@ -482,6 +492,43 @@ mod tests {
         for good in ["/", "/api/websites/123", "/api/items/a-b_c.d~e"] {
             assert!(check_path(good).is_ok(), "{good}");
         }
+    }
+
+    fn request(headers: &[(&str, &str)]) -> Request {
+        Request {
+            binding: "provider".into(),
+            method: "get".into(),
+            path: "/api/items/1".into(),
+            query: Some("a=1&b=2".into()),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: None,
+        }
+    }
+
+    #[test]
+    fn guests_cannot_set_credential_or_framing_headers() {
+        assert!(check_shape(&request(&[("accept", "application/json")])).is_ok());
+        for name in [
+            "Authorization",
+            "cookie",
+            "Host",
+            "X-Umami-Api-Key",
+            "proxy-authorization",
+            "content-length",
+        ] {
+            let error = check_shape(&request(&[(name, "x")])).unwrap_err();
+            assert!(error.contains("set by the host"), "{name}: {error}");
+        }
+        assert!(check_shape(&request(&[("x-ok", "line\r\nbreak")])).is_err());
+        let mut bad_method = request(&[]);
+        bad_method.method = "CONNECT".into();
+        assert!(check_shape(&bad_method).is_err());
+        let mut bad_query = request(&[]);
+        bad_query.query = Some("a=1#frag".into());
+        assert!(check_shape(&bad_query).is_err());
     }
 
     #[test]

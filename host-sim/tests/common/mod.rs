@@ -17,6 +17,7 @@ use host_sim::{
     AuthStyle, Caller, Host, HostConfig, Invocation, InvokeRequest, SandboxLimits, Secret,
 };
 use serde_json::Value;
+use tracing_subscriber::util::SubscriberInitExt;
 
 pub const EXTENSION: &str = "test-extension";
 pub const MANIFEST: &str = include_str!("../../test-extension/manifest.toml");
@@ -50,12 +51,17 @@ pub fn capture_logs() {
     LOG.get_or_init(|| {
         let buffer = Buffer::default();
         let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
+        // Everything of the host and of the HTTP client (whose `log`
+        // records are captured too); the compiler's trace is left out.
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "info,host_sim=trace,reqwest=trace,hyper=trace,hyper_util=trace,rustls=trace",
+            ))
             .with_ansi(false)
             .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+            .finish()
+            .try_init()
+            .expect("one global subscriber");
         buffer
     });
 }
