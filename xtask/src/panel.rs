@@ -37,6 +37,11 @@ pub fn build(toolchain: &WasmToolchain) -> Result<PathBuf> {
         .input_path(&wasm)
         .web(true)?
         .typescript(false)
+        // The guest profile keeps symbol names (wasm-bindgen needs the
+        // `target_features` section that a full strip would drop); the
+        // shipped bundle does not need them.
+        .remove_name_section(true)
+        .remove_producers_section(true)
         .out_name("panel")
         .generate(&out)
         .with_context(|| format!("wasm-bindgen failed on {}", wasm.display()))?;
