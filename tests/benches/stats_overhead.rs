@@ -1,0 +1,164 @@
+//! What the extension host adds to a stats call.
+//!
+//! Measures, in one run and interleaved, (a) `analytics.stats` with
+//! `unit=day` through host-sim's invocation function (checks, sandbox, the
+//! real component, documents, the `provider` binding, the Umami fake) and
+//! (b) the same two provider requests the plugin makes (stats, then page
+//! views per day) sent straight to the fake with the binding's own
+//! keep-alive HTTP client (`host_sim::capabilities::http::client`). Prints p50 and p99 of each and the ratio of the
+//! p50s (target: below 1.3×). It reports; it does not assert timing.
+//!
+//! `cargo bench -p workspace-tests --bench stats_overhead`
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use support::Platform;
+use uuid::Uuid;
+
+const DAY_MS: i64 = 86_400_000;
+const WARM_UP: usize = 100;
+const SAMPLES: usize = 1_000;
+
+/// The provider requests of one stats call, sent directly.
+struct Direct {
+    client: reqwest::blocking::Client,
+    origin: String,
+    authorization: String,
+    website: Uuid,
+}
+
+impl Direct {
+    fn get(&self, path: &str, query: &str) -> Value {
+        let response = self
+            .client
+            .get(format!("{}{path}?{query}", self.origin))
+            .header("Authorization", &self.authorization)
+            .header("Accept", "application/json")
+            .send()
+            .expect("the fake answers");
+        assert_eq!(response.status(), 200, "{path}");
+        let body = response.bytes().expect("a body");
+        serde_json::from_slice(&body).expect("JSON")
+    }
+
+    /// Totals and the per-day series of `[start, end)`.
+    fn stats(&self, start: i64, end: i64) -> (Value, Value) {
+        let base = format!("/api/websites/{}", self.website);
+        let totals = self.get(
+            &format!("{base}/stats"),
+            &format!("startAt={start}&endAt={end}"),
+        );
+        let daily = self.get(
+            &format!("{base}/pageviews"),
+            &format!("startAt={start}&endAt={end}&unit=day&timezone=UTC"),
+        );
+        (totals, daily)
+    }
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    let platform = Platform::start(
+        "bench-shop",
+        "bench-provider-secret",
+        Duration::from_secs(5),
+    );
+    let config = platform.invoke(
+        "analytics.provision",
+        json!({"name": "Bench Shop", "domain": "bench.example.com"}),
+    );
+    let website: Uuid = config.result.expect("provisioned")["website_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // A week of traffic: 40 page views a day from 8 visitors.
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let end = now - now % DAY_MS + DAY_MS;
+    let start = end - 7 * DAY_MS;
+    for day in 0..7 {
+        for view in 0..40 {
+            let at = start + day * DAY_MS + view * 1_800_000;
+            let visitor = format!("Mozilla/5.0 (bench visitor {})", view % 8);
+            platform
+                .fake
+                .record_event(website, "/", at, &visitor, "198.51.100.1")
+                .expect("the website exists");
+        }
+    }
+
+    let direct = Direct {
+        client: host_sim::capabilities::http::client().expect("the binding's HTTP client"),
+        origin: platform.fake.base_url(),
+        authorization: format!("Bearer {}", platform.secret),
+        website,
+    };
+    let input = json!({"start_at": start, "end_at": end, "unit": "day"});
+    let through_host = || {
+        let invocation = platform.invoke("analytics.stats", input.clone());
+        invocation.result.expect("stats through the host")
+    };
+
+    // Both paths see the same data.
+    let hosted = through_host();
+    let (totals, _) = direct.stats(start, end);
+    assert_eq!(hosted["pageviews"], totals["pageviews"]);
+    assert_eq!(hosted["pageviews"], 7 * 40);
+
+    let mut host_times = Vec::with_capacity(SAMPLES);
+    let mut direct_times = Vec::with_capacity(SAMPLES);
+    for round in 0..WARM_UP + SAMPLES {
+        // Alternate which path goes first so neither always follows the other.
+        let mut timings = [Duration::ZERO; 2];
+        for step in 0..2 {
+            let host_turn = (round + step) % 2 == 0;
+            let started = Instant::now();
+            if host_turn {
+                std::hint::black_box(through_host());
+            } else {
+                std::hint::black_box(direct.stats(start, end));
+            }
+            timings[usize::from(!host_turn)] = started.elapsed();
+        }
+        if round >= WARM_UP {
+            host_times.push(timings[0]);
+            direct_times.push(timings[1]);
+        }
+    }
+    host_times.sort();
+    direct_times.sort();
+
+    let (host_p50, direct_p50) = (percentile(&host_times, 50), percentile(&direct_times, 50));
+    println!(
+        "stats_overhead: analytics.stats unit=day over 7 days, {SAMPLES} interleaved samples after {WARM_UP} warm-up rounds"
+    );
+    println!(
+        "  direct to the provider (stats + pageviews, keep-alive): p50 {}  p99 {}",
+        ms(direct_p50),
+        ms(percentile(&direct_times, 99))
+    );
+    println!(
+        "  through host-sim (invoke -> component -> binding -> provider): p50 {}  p99 {}",
+        ms(host_p50),
+        ms(percentile(&host_times, 99))
+    );
+    println!(
+        "  ratio of p50s (host / direct): {:.2}x  (target < 1.3x)",
+        host_p50.as_secs_f64() / direct_p50.as_secs_f64()
+    );
+}
