@@ -30,7 +30,7 @@ fn summary(name: &str, mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     let p50 = percentile(&samples, 0.50);
     println!(
-        "{name:<34} n={:<6} p50={:>8.1} µs  p99={:>8.1} µs  min={:>8.1} µs",
+        "{name:<40} n={:<6} p50={:>8.1} µs  p99={:>8.1} µs  min={:>8.1} µs",
         samples.len(),
         micros(p50),
         micros(percentile(&samples, 0.99)),

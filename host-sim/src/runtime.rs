@@ -282,14 +282,17 @@ impl InvocationState {
         self.host_calls
     }
 
-    /// The project's binding secrets, to redact what the guest writes.
+    /// `text` with every binding secret of the project redacted. If the
+    /// secrets cannot be read, the text is withheld (fail closed).
     pub(crate) fn redact(&mut self, text: &str) -> String {
         if self.secrets.is_none() {
-            self.secrets = Some(
-                self.state
-                    .project_secrets(&self.scope.project_id)
-                    .unwrap_or_default(),
-            );
+            match self.state.project_secrets(&self.scope.project_id) {
+                Ok(secrets) => self.secrets = Some(secrets),
+                Err(e) => {
+                    tracing::error!(request_id = %self.scope.request_id, error = %e, "cannot read binding secrets for redaction");
+                    return "[withheld: the host could not redact this text]".into();
+                }
+            }
         }
         redact_str(text, self.secrets.as_deref().unwrap_or_default())
     }
