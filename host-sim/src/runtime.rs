@@ -84,10 +84,12 @@ pub fn engine(limits: &SandboxLimits, pooled: bool) -> wasmtime::Result<Engine> 
     if pooled {
         let n = limits.max_instances.max(1);
         let mut pool = PoolingAllocationConfig::new();
+        // Totals are `n` times the per-component maxima, so `n` instances
+        // of any accepted component fit at once.
         pool.total_component_instances(n)
-            .total_core_instances(n * 8)
-            .total_memories(n * 2)
-            .total_tables(n * 8)
+            .total_core_instances(n * 16)
+            .total_memories(n * 4)
+            .total_tables(n * 16)
             .max_core_instances_per_component(16)
             .max_memories_per_component(4)
             .max_tables_per_component(16)

@@ -349,3 +349,50 @@ fn another_projects_documents_are_out_of_reach() {
     let own = env.invoke(&token, "p1", "docs.read_one", json!({}));
     assert_eq!(own.result.unwrap()["document"], Value::Null);
 }
+
+#[test]
+fn when_every_sandbox_slot_is_busy_the_caller_is_told_to_retry() {
+    let env = TestEnv::with_limits(host_sim::SandboxLimits {
+        max_instances: 1,
+        ..test_limits()
+    });
+    let token = env.ready("p1");
+    assert_eq!(
+        code(&env.invoke(&token, "p1", "docs.read_one", json!({}))),
+        "ok"
+    );
+    let busy = {
+        let (host, token) = (env.host.clone(), token.clone());
+        std::thread::spawn(move || {
+            host.invoke(
+                &host_sim::Caller::bearer(token),
+                &host_sim::InvokeRequest {
+                    extension: EXTENSION.into(),
+                    project: "p1".into(),
+                    action: "loop.forever".into(),
+                    input: json!({}),
+                    generation: None,
+                },
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let refused = env.invoke(&token, "p1", "docs.read_one", json!({}));
+    let error = refused.result.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            InvokeError::LimitExceeded {
+                limit: Limit::Capacity,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(error.http_status(), 429);
+    assert_eq!(code(&busy.join().unwrap()), "limit_exceeded");
+    assert_eq!(
+        code(&env.invoke(&token, "p1", "docs.read_one", json!({}))),
+        "ok"
+    );
+}
