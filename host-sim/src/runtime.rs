@@ -280,10 +280,6 @@ impl InvocationState {
         Ok(())
     }
 
-    pub fn host_calls(&self) -> u32 {
-        self.host_calls
-    }
-
     /// `text` with every binding secret of the project redacted. If the
     /// secrets cannot be read, the text is withheld (fail closed).
     pub(crate) fn redact(&mut self, text: &str) -> String {
