@@ -187,13 +187,12 @@ impl Manifest {
     fn resolve_depth(&self, schema: &Value, depth: usize) -> Value {
         match schema {
             Value::Object(map) => {
-                if let (Some(Value::String(reference)), true) = (map.get("$ref"), depth < 16) {
-                    if let Some(def) = reference
+                if let (Some(Value::String(reference)), true) = (map.get("$ref"), depth < 16)
+                    && let Some(def) = reference
                         .strip_prefix("#/definitions/")
                         .and_then(|name| self.definitions.get(name))
-                    {
-                        return self.resolve_depth(def, depth + 1);
-                    }
+                {
+                    return self.resolve_depth(def, depth + 1);
                 }
                 Value::Object(
                     map.iter()
@@ -244,13 +243,13 @@ impl Manifest {
                 "must be a relative path inside the release",
             ));
         }
-        if let Some(panel) = &self.panel {
-            if !is_release_path(&panel.entry) {
-                return Err(invalid(
-                    "panel.entry",
-                    "must be a relative path inside the release",
-                ));
-            }
+        if let Some(panel) = &self.panel
+            && !is_release_path(&panel.entry)
+        {
+            return Err(invalid(
+                "panel.entry",
+                "must be a relative path inside the release",
+            ));
         }
         for (binding, cap) in &self.capabilities.http {
             let field = format!("capabilities.http.{binding}");
