@@ -273,10 +273,12 @@ fn a_customer_provisions_tracks_visits_and_reads_exactly_that_traffic() {
             .expect("the website exists on the provider");
     }
 
-    // Today, over real HTTP, to the origin the script posts to.
-    let origin = shop.fake.base_url();
-    let domain = "shop.example.com";
-    let website = id.to_string();
+    // Today, over real HTTP, with what the tag tells the script: the
+    // tracking origin (no data-host-url: where the script came from), the
+    // website id and the domain it may count.
+    let origin = config["tracking_origin"].as_str().unwrap();
+    let website = attribute(script, "data-website-id").unwrap();
+    let domain = attribute(script, "data-domains").unwrap();
     let today_views = [
         (FIREFOX, "198.51.100.7", "/"),
         (FIREFOX, "198.51.100.7", "/pricing"),
@@ -285,12 +287,12 @@ fn a_customer_provisions_tracks_visits_and_reads_exactly_that_traffic() {
     let mut visits_today = BTreeSet::new();
     let mut sessions_today = BTreeSet::new();
     for (agent, ip, url) in today_views {
-        let answer = send_pageview(&browser, &origin, &website, domain, url, agent, ip);
+        let answer = send_pageview(&browser, origin, website, domain, url, agent, ip);
         visits_today.insert(answer["visitId"].as_str().unwrap().to_owned());
         sessions_today.insert(answer["sessionId"].as_str().unwrap().to_owned());
     }
     // curl is not a browser: answered, not counted.
-    let bot = send_pageview(&browser, &origin, &website, domain, "/", CURL, "192.0.2.99");
+    let bot = send_pageview(&browser, origin, website, domain, "/", CURL, "192.0.2.99");
     assert_eq!(bot, json!({"beep": "boop"}));
     assert_eq!(sessions_today.len(), 2);
 
@@ -557,6 +559,7 @@ fn provider_faults_become_502s_that_leak_no_secret() {
     shop.fake.set_fault(Fault::None);
     let healthy = shop.invoke("analytics.stats", range);
     ok(&healthy);
+    assert_secret_absent(&shop, "a result", &healthy.to_json().to_string());
     assert_eq!(shop.fake.renames(), 0);
     let bindings = format!("{:?}", shop.host.bindings(Some("acme-faults")).unwrap());
     assert_secret_absent(&shop, "the operator's binding listing", &bindings);
