@@ -113,14 +113,18 @@ pub fn sign_manifest(manifest_bytes: &[u8], key: &PublisherKey) -> String {
     signature_line(key.public().key_id(), &key.sign(manifest_bytes))
 }
 
+/// Parses exactly what [`signature_line`] writes: one line, single spaces,
+/// one trailing newline. Any other byte makes the file invalid, so no byte of
+/// it can change unnoticed.
 fn parse_signature(text: &str) -> Option<(KeyId, [u8; 64])> {
-    let mut parts = text.split_whitespace();
+    let mut parts = text.strip_suffix('\n')?.split(' ');
     if parts.next()? != "ed25519" {
         return None;
     }
     let key_id = KeyId::parse(parts.next()?)?;
-    let signature = BASE64.decode(parts.next()?).ok()?.try_into().ok()?;
-    parts.next().is_none().then_some((key_id, signature))
+    let signature: [u8; 64] = BASE64.decode(parts.next()?).ok()?.try_into().ok()?;
+    let parsed = (parts.next().is_none()).then_some((key_id, signature))?;
+    (signature_line(key_id, &signature) == text).then_some(parsed)
 }
 
 /// The exact manifest bytes a release signs: the source manifest followed by
@@ -363,7 +367,10 @@ mod tests {
         let key = PublisherKey::generate();
         let line = signature_line(key.public().key_id(), &key.sign(b"x"));
         assert!(parse_signature(&line).is_some());
-        assert!(parse_signature(&format!("{} extra", line.trim())).is_none());
+        assert!(parse_signature(&format!("{} extra\n", line.trim())).is_none());
+        assert!(parse_signature(&line.replace('\n', "\x0b")).is_none());
+        assert!(parse_signature(&line.replace(' ', "  ")).is_none());
+        assert!(parse_signature(line.trim()).is_none());
         assert!(parse_signature("ed25519 zz AAAA").is_none());
     }
 }
