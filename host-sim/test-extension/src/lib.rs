@@ -111,7 +111,11 @@ fn docs_write(input: &Value) -> Result<Value, ActionError> {
         .and_then(Value::as_str)
         .unwrap_or("items");
     let id = str_field(input, "id")?;
-    let body = input.get("body").cloned().unwrap_or(Value::Null).to_string();
+    let body = input
+        .get("body")
+        .cloned()
+        .unwrap_or(Value::Null)
+        .to_string();
     let condition = match input.get("expect") {
         Some(Value::Number(n)) => Precondition::Revision(n.as_u64().unwrap_or(0)),
         Some(Value::String(s)) if s == "absent" => Precondition::Absent,
@@ -167,7 +171,12 @@ fn binding_failure(error: BindingError) -> ActionError {
     }
 }
 
-fn send(binding: &str, method: &str, path: &str, query: Option<&str>) -> Result<http_binding::Response, ActionError> {
+fn send(
+    binding: &str,
+    method: &str,
+    path: &str,
+    query: Option<&str>,
+) -> Result<http_binding::Response, ActionError> {
     http_binding::send(&Request {
         binding: binding.to_string(),
         method: method.to_string(),
@@ -217,7 +226,10 @@ fn leak(input: &Value) -> Result<Value, ActionError> {
         .collect();
     println!("provider said: {body} {headers:?}");
     eprintln!("provider said: {body}");
-    log::write(log::Level::Warn, &format!("provider said: {body} {headers:?}"));
+    log::write(
+        log::Level::Warn,
+        &format!("provider said: {body} {headers:?}"),
+    );
     documents::put(
         "leak",
         "provider-response",
