@@ -55,7 +55,7 @@ fn main() -> ExitCode {
             guests::build(&toolchain::WasmToolchain::detect_or_exit(), &packages).map(|_| ())
         }
         Command::Panel => panel::build(&toolchain::WasmToolchain::detect_or_exit()).map(|_| ()),
-        Command::Release(args) => release::run(&args),
+        Command::Release(args) => release::run(&args, &toolchain::WasmToolchain::detect_or_exit()),
         Command::Reproducible => {
             guests::check_reproducible(&toolchain::WasmToolchain::detect_or_exit())
         }

@@ -36,16 +36,14 @@ pub fn trusted_keys_dir() -> PathBuf {
     crate::target_root().join("release-bundle/trusted-publishers")
 }
 
-pub fn run(args: &Args) -> Result<()> {
+pub fn run(args: &Args, toolchain: &WasmToolchain) -> Result<()> {
     let root = crate::workspace_root();
     let source =
         std::fs::read_to_string(root.join("manifest.toml")).context("cannot read manifest.toml")?;
     let manifest = Manifest::from_toml(&source).context("manifest.toml")?;
 
-    let toolchain = WasmToolchain::detect()?;
-    crate::step(toolchain.describe());
-    let component = guests::build(&toolchain, &[guests::PLUGIN.package.to_owned()])?;
-    let panel_dir = panel::build(&toolchain)?;
+    let component = guests::build(toolchain, &[guests::PLUGIN.package.to_owned()])?;
+    let panel_dir = panel::build(toolchain)?;
 
     let mut files = BTreeMap::new();
     files.insert(

@@ -23,10 +23,13 @@ pub fn run(args: &Args) -> Result<()> {
 
     crate::step("[2/4] guest components and the signed release");
     guests::build(&toolchain, &[])?;
-    release::run(&release::Args {
-        out: None,
-        key: None,
-    })?;
+    release::run(
+        &release::Args {
+            out: None,
+            key: None,
+        },
+        &toolchain,
+    )?;
 
     if args.skip_reproducible {
         crate::step("[3/4] reproducibility check skipped (--skip-reproducible)");

@@ -179,9 +179,7 @@ impl WasmToolchain {
                 .env(format!("{prefix}_LINKER"), "wasm-ld")
                 .env_remove("RUSTUP_TOOLCHAIN")
                 .env_remove("RUSTC_WRAPPER");
-            rustflags.push(format!(
-                "--remap-path-prefix=/usr/lib/rustlib/src/rust=/rustc"
-            ));
+            rustflags.push("--remap-path-prefix=/usr/lib/rustlib/src/rust=/rustc".to_owned());
             if target == Target::Wasip1 {
                 rustflags.extend([
                     "-C".into(),

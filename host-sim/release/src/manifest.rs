@@ -173,6 +173,13 @@ impl Manifest {
         ids
     }
 
+    /// The files every release of this manifest must contain, with the
+    /// manifest field that names each: the component and the panel entry.
+    pub fn required_files(&self) -> impl Iterator<Item = (&'static str, &String)> {
+        std::iter::once(("component", &self.extension.component))
+            .chain(self.panel.iter().map(|p| ("panel entry", &p.entry)))
+    }
+
     pub fn action(&self, name: &str) -> Option<&Action> {
         self.actions.iter().find(|a| a.name == name)
     }

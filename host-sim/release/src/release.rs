@@ -95,7 +95,7 @@ pub enum WriteError {
     HasReleaseTable,
     #[error("`{0}` is not a relative path inside the release")]
     BadPath(String),
-    #[error("the release does not contain {field} `{path}`")]
+    #[error("the release does not contain the {field} `{path}`")]
     MissingFile { field: &'static str, path: String },
     #[error("cannot write {path}: {source}")]
     Io {
@@ -165,9 +165,7 @@ pub fn write_release(
             return Err(WriteError::BadPath(path.clone()));
         }
     }
-    let required = std::iter::once(("the component", &manifest.extension.component))
-        .chain(manifest.panel.iter().map(|p| ("the panel entry", &p.entry)));
-    for (field, path) in required {
+    for (field, path) in manifest.required_files() {
         if !files.contains_key(path) {
             return Err(WriteError::MissingFile {
                 field,
@@ -267,9 +265,7 @@ impl ReleaseBundle {
         if let Some(extra) = self.files.keys().find(|p| !listed.contains_key(*p)) {
             return Err(VerifyError::UnlistedFile(extra.clone()));
         }
-        let required = std::iter::once(("component", &manifest.extension.component))
-            .chain(manifest.panel.iter().map(|p| ("panel entry", &p.entry)));
-        for (field, path) in required {
+        for (field, path) in manifest.required_files() {
             if !listed.contains_key(path) {
                 return Err(VerifyError::Unlisted {
                     field,
