@@ -30,6 +30,10 @@ impl Caller {
             token: token.into(),
         }
     }
+
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
 }
 
 impl fmt::Debug for Caller {
@@ -369,7 +373,7 @@ impl Host {
     }
 
     /// The installed release with `digest`, compiled once and cached.
-    fn loaded_release(
+    pub(crate) fn loaded_release(
         &self,
         extension: &str,
         digest: &str,

@@ -26,8 +26,10 @@ mod install;
 mod invoke;
 pub mod runtime;
 pub mod secret;
+pub mod serve;
 pub mod spec;
 pub mod state;
+mod surface;
 
 pub use error::{InvokeError, Limit};
 pub use host::{Host, HostConfig, HostError, IssuedToken};
@@ -35,4 +37,6 @@ pub use install::{InstallError, ReleaseSummary, SUPPORTED_WIT_VERSIONS};
 pub use invoke::{Caller, InstantiationSamples, Invocation, InvokeRequest};
 pub use runtime::{EpochTicker, SandboxLimits};
 pub use secret::Secret;
-pub use state::AuthStyle;
+pub use spec::ActionInfo;
+pub use state::{AuthStyle, TokenAccess};
+pub use surface::{MAX_SESSION_TTL, PanelSession};

@@ -105,6 +105,15 @@ enum Command {
         #[arg(long)]
         generation: Option<u64>,
     },
+    /// Serve the extension API, the MCP server and the console over HTTP until Ctrl-C.
+    Serve {
+        /// Address to listen on (port 0 picks a free port; the first line on stdout names it).
+        #[arg(long, env = "HOST_SIM_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Lifetime of the project-scoped tokens the console hands to panels, e.g. `10m`.
+        #[arg(long, default_value = "10m", value_parser = parse_ttl)]
+        panel_session_ttl: Duration,
+    },
 }
 
 #[derive(Subcommand)]
@@ -237,7 +246,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
-    match run(&host, cli.command) {
+    match run(&std::sync::Arc::new(host), cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
@@ -255,6 +264,79 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs the HTTP surfaces until Ctrl-C or SIGTERM; in-flight requests finish.
+fn serve(
+    host: std::sync::Arc<Host>,
+    listen: std::net::SocketAddr,
+    panel_session_ttl: Duration,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let options = host_sim::serve::ServeOptions {
+        panel_session_ttl,
+        ..Default::default()
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                eprintln!("error: cannot listen on {listen}: {e} (is another server using it? pick another with --listen)");
+                return ExitCode::from(exit::FAILED);
+            }
+        };
+        let address = listener.local_addr().unwrap_or(listen);
+        let base = format!("http://{address}");
+        println!("listening {base}");
+        let _ = std::io::stdout().flush();
+        eprintln!("host-sim serving on {base}");
+        eprintln!("  console:  {base}/console");
+        eprintln!("  API:      {base}/v1/plugins/<extension>/projects/<project>/api/");
+        eprintln!("  MCP:      {base}/mcp");
+        eprintln!("Press Ctrl-C to stop.");
+        let router = host_sim::serve::router(host, options);
+        match host_sim::serve::run(listener, router, shutdown_signal()).await {
+            Ok(()) => {
+                eprintln!("host-sim stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: the server failed: {e}");
+                ExitCode::from(exit::FAILED)
+            }
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+    eprintln!("stopping: finishing in-flight requests…");
+}
+
 fn print_json(value: &Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
@@ -268,8 +350,12 @@ fn progress(step: &str) {
     eprintln!("… {step}");
 }
 
-fn run(host: &Host, command: Command) -> Result<ExitCode, HostError> {
+fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, HostError> {
     match command {
+        Command::Serve {
+            listen,
+            panel_session_ttl,
+        } => return Ok(serve(host.clone(), listen, panel_session_ttl)),
         Command::Release(ReleaseCommand::Verify { dir }) => {
             let summary = host.verify_release(&dir, &mut progress)?;
             eprintln!(

@@ -28,13 +28,31 @@ impl HttpRule {
     }
 }
 
-/// An action: the capabilities it needs and its schemas.
+/// An action: the capabilities it needs, its schemas, and how the surfaces
+/// present it.
 #[derive(Debug)]
 pub struct ActionSpec {
     pub name: String,
     pub capabilities: Vec<String>,
     pub input: jsonschema::Validator,
     pub output: Option<jsonschema::Validator>,
+    pub info: ActionInfo,
+}
+
+/// An action as the surfaces present it: its HTTP route, its MCP tool, and
+/// self-contained schemas (every `#/definitions/…` reference resolved).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ActionInfo {
+    pub extension: String,
+    pub name: String,
+    pub description: String,
+    /// Upper-case HTTP method of the action's route.
+    pub http_method: String,
+    /// The route below the project's API base, e.g. `/stats`.
+    pub http_route: String,
+    pub mcp_tool: String,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
 }
 
 /// The parts of a manifest the host enforces.
@@ -101,6 +119,19 @@ impl ExtensionSpec {
                     capabilities: action.capabilities.clone(),
                     input,
                     output,
+                    info: ActionInfo {
+                        extension: manifest.extension.id.clone(),
+                        name: action.name.clone(),
+                        description: action.description.clone(),
+                        http_method: action.http.method.to_ascii_uppercase(),
+                        http_route: action.http.route.clone(),
+                        mcp_tool: action.mcp_tool.clone(),
+                        input_schema: manifest.resolve_schema(&action.input_schema),
+                        output_schema: match &action.output_schema {
+                            Value::Null => None,
+                            schema => Some(manifest.resolve_schema(schema)),
+                        },
+                    },
                 },
             );
         }

@@ -215,6 +215,16 @@ pub struct InvocationSnapshot {
     pub settings: ProjectSettings,
 }
 
+/// What a token reaches now (see [`State::token_access`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenAccess {
+    pub user: String,
+    /// Unix seconds.
+    pub expires_at: i64,
+    /// Project → extensions granted to it.
+    pub projects: BTreeMap<String, Vec<String>>,
+}
+
 /// One stored document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredDocument {
@@ -655,6 +665,55 @@ impl State {
                 "DELETE FROM user_projects WHERE user_id = ?1 AND project_id = ?2",
                 params![user_id, project_id],
             )? > 0)
+        })
+    }
+
+    /// The token's user, expiry and the projects it can reach now (named by
+    /// the token and still the user's), with each project's granted
+    /// extensions; `None` for an unknown or expired token.
+    pub fn token_access(&self, token: &str) -> Result<Option<TokenAccess>> {
+        let conn = self.conn();
+        let hash = token_hash(token);
+        let Some((user, expires_at)) = conn
+            .prepare_cached(
+                "SELECT user_id, expires_at FROM tokens WHERE token_hash = ?1 AND expires_at > ?2",
+            )?
+            .query_row(params![hash, now_secs()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        let mut stmt = conn.prepare_cached(
+            "SELECT tp.project_id, g.extension_id
+               FROM token_projects tp
+               JOIN user_projects up ON up.project_id = tp.project_id AND up.user_id = ?2
+               LEFT JOIN grants g ON g.project_id = tp.project_id
+              WHERE tp.token_hash = ?1
+              ORDER BY tp.project_id, g.extension_id",
+        )?;
+        let rows = stmt.query_map(params![hash, user], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?;
+        let mut projects: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for row in rows {
+            let (project, extension) = row?;
+            let granted = projects.entry(project).or_default();
+            granted.extend(extension);
+        }
+        Ok(Some(TokenAccess {
+            user,
+            expires_at,
+            projects,
+        }))
+    }
+
+    /// Deletes tokens that expired more than `grace_secs` ago; returns how many.
+    pub fn prune_expired_tokens(&self, grace_secs: i64) -> Result<usize> {
+        self.write(|tx| {
+            Ok(tx.execute(
+                "DELETE FROM tokens WHERE expires_at <= ?1",
+                params![now_secs().saturating_sub(grace_secs)],
+            )?)
         })
     }
 

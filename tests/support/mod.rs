@@ -99,3 +99,70 @@ fn trust_publishers(trust_dir: &Path) {
         }
     }
 }
+
+/// `host-sim serve`'s router for a platform's host, on a free loopback port,
+/// in a runtime of its own; stopped when dropped.
+pub struct Served {
+    /// `http://127.0.0.1:<port>`
+    pub base_url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Platform {
+    pub fn serve(&self) -> Served {
+        serve_host(self.host.clone())
+    }
+
+    /// The extension API base of the platform's project.
+    pub fn api_base(&self, served: &Served) -> String {
+        format!(
+            "{}/v1/plugins/{EXTENSION}/projects/{}/api",
+            served.base_url, self.project
+        )
+    }
+}
+
+/// Serves every surface of `host` on a free loopback port.
+pub fn serve_host(host: Arc<Host>) -> Served {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, address) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime for the server");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("a loopback port");
+            ready
+                .send(listener.local_addr().expect("the bound address"))
+                .expect("the test waits for the address");
+            let router = host_sim::serve::router(host, host_sim::serve::ServeOptions::default());
+            host_sim::serve::run(listener, router, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the server runs");
+        });
+    });
+    let address = address.recv().expect("the server starts");
+    Served {
+        base_url: format!("http://{address}"),
+        stop: Some(stop),
+        thread: Some(thread),
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The extension API: `/v1/plugins/{extension}/projects/{project}/api/{route}`.
+//!
+//! The route and method select the action by the manifest's `http` field.
+//! `GET` input comes from the query string (values converted to the type
+//! the input schema declares for that property), `POST`/`PUT`/`PATCH` input
+//! from a JSON object body of at most the sandbox's input limit. The caller
+//! sends `Authorization: Bearer <token>` and may send
+//! `X-Runtime-Generation: <n>`; every answer carries `X-Request-Id`, and a
+//! successful one `X-Runtime-Generation`. The body of a success is the
+//! action's output; of a failure the one error shape.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use axum::routing::any;
+use serde_json::{Map, Value};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use super::{
+    GENERATION_HEADER, REQUEST_ID_HEADER, Shared, bearer, error_response, invoke,
+    invoke_error_response, json_response, new_request_id,
+};
+use crate::error::InvokeError;
+use crate::invoke::InvokeRequest;
+use crate::spec::ActionInfo;
+
+pub(super) fn routes(shared: Shared) -> Router {
+    Router::new()
+        .route(
+            "/v1/plugins/{extension}/projects/{project}/api/{*route}",
+            any(handle),
+        )
+        .with_state(shared)
+        .layer(cors())
+}
+
+/// Panels run in sandboxed iframes (an opaque origin) and send the bearer
+/// token themselves; no cookies are involved, so any origin may call.
+pub(super) fn cors() -> CorsLayer {
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::any())
+        .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            header::HeaderName::from_static(GENERATION_HEADER),
+        ])
+        .expose_headers([
+            header::HeaderName::from_static(REQUEST_ID_HEADER),
+            header::HeaderName::from_static(GENERATION_HEADER),
+        ])
+        .max_age(Duration::from_secs(600))
+}
+
+async fn handle(
+    State(shared): State<Shared>,
+    Path((extension, project, route)): Path<(String, String, String)>,
+    request: Request,
+) -> Response {
+    let request_id = new_request_id();
+    let (parts, body) = request.into_parts();
+    let Some(caller) = bearer(&parts.headers) else {
+        return invoke_error_response(&InvokeError::Unauthenticated, &request_id);
+    };
+    let generation = match parts.headers.get(GENERATION_HEADER) {
+        None => None,
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            Some(generation) => Some(generation),
+            None => {
+                return error_response(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_input",
+                    "header X-Runtime-Generation must be a non-negative integer",
+                    &request_id,
+                );
+            }
+        },
+    };
+
+    // Who the caller is comes before what exists: an unknown token learns
+    // nothing about installed extensions.
+    let host = shared.host.clone();
+    let lookup_extension = extension.clone();
+    let lookup_caller = caller.clone();
+    let lookup = tokio::task::spawn_blocking(move || {
+        let access = host.caller_access(&lookup_caller)?;
+        let actions = match access {
+            None => None,
+            Some(_) => Some(host.actions(&lookup_extension)?),
+        };
+        Ok::<_, crate::host::HostError>(actions)
+    })
+    .await;
+    let actions = match lookup {
+        Ok(Ok(Some(actions))) => actions,
+        Ok(Ok(None)) => return invoke_error_response(&InvokeError::Unauthenticated, &request_id),
+        Ok(Err(error)) => {
+            tracing::error!(error = %error, "looking up an extension's actions failed");
+            return error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the host state is unavailable; see the host log",
+                &request_id,
+            );
+        }
+        Err(join) => {
+            tracing::error!(error = %join, "looking up an extension's actions failed");
+            return error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the host failed; see the host log",
+                &request_id,
+            );
+        }
+    };
+    let Some(actions) = actions else {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no extension {extension} is installed"),
+            &request_id,
+        );
+    };
+    let route = format!("/{route}");
+    let on_route: Vec<&ActionInfo> = actions.iter().filter(|a| a.http_route == route).collect();
+    if on_route.is_empty() {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("{extension} has no API route {route}"),
+            &request_id,
+        );
+    }
+    let Some(action) = on_route
+        .iter()
+        .find(|a| a.http_method == parts.method.as_str())
+    else {
+        let allowed: Vec<&str> = on_route.iter().map(|a| a.http_method.as_str()).collect();
+        let mut response = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            &format!("{route} accepts {}", allowed.join(", ")),
+            &request_id,
+        );
+        if let Ok(value) = HeaderValue::from_str(&allowed.join(", ")) {
+            response.headers_mut().insert(header::ALLOW, value);
+        }
+        return response;
+    };
+
+    let input = if parts.method == Method::GET {
+        query_input(parts.uri.query().unwrap_or(""), &action.input_schema)
+    } else {
+        body_input(body, shared.host.limits().max_input_bytes).await
+    };
+    let input = match input {
+        Ok(input) => input,
+        Err((status, code, message)) => {
+            return error_response(status, code, &message, &request_id);
+        }
+    };
+
+    let invocation = invoke(
+        &shared.host,
+        caller,
+        InvokeRequest {
+            extension,
+            project,
+            action: action.name.clone(),
+            input,
+            generation,
+        },
+    )
+    .await;
+    match invocation.result {
+        Ok(output) => {
+            let mut response = json_response(StatusCode::OK, &output, &invocation.request_id);
+            if let Some(generation) = invocation.generation {
+                response
+                    .headers_mut()
+                    .insert(GENERATION_HEADER, HeaderValue::from(generation));
+            }
+            response
+        }
+        Err(error) => invoke_error_response(&error, &invocation.request_id),
+    }
+}
+
+type InputError = (StatusCode, &'static str, String);
+
+fn invalid(message: String) -> InputError {
+    (StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
+}
+
+/// The input object of a `GET`: each query parameter once, converted to
+/// the type the schema declares for it (integer, number, boolean); values
+/// that do not convert stay strings so the schema check names them.
+pub(super) fn query_input(query: &str, schema: &Value) -> Result<Value, InputError> {
+    let mut input = Map::new();
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        let declared = schema
+            .pointer(&format!("/properties/{}/type", escape_pointer(&name)))
+            .and_then(Value::as_str);
+        let converted = match declared {
+            Some("integer") => value
+                .parse::<i64>()
+                .map(Value::from)
+                .unwrap_or_else(|_| Value::String(value.to_string())),
+            Some("number") => value
+                .parse::<f64>()
+                .ok()
+                .and_then(|n| serde_json::Number::from_f64(n).map(Value::Number))
+                .unwrap_or_else(|| Value::String(value.to_string())),
+            Some("boolean") => match value.as_ref() {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => Value::String(value.to_string()),
+            },
+            _ => Value::String(value.to_string()),
+        };
+        if input.insert(name.to_string(), converted).is_some() {
+            return Err(invalid(format!(
+                "query parameter {name} is given more than once"
+            )));
+        }
+    }
+    Ok(Value::Object(input))
+}
+
+fn escape_pointer(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
+}
+
+/// The input object of a `POST`: a JSON object of at most `limit` bytes.
+async fn body_input(body: Body, limit: usize) -> Result<Value, InputError> {
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(invalid("the request body must be a JSON object".into()));
+    }
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| invalid(format!("the request body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(invalid("the request body must be a JSON object".into()));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn query_values_take_the_declared_type() {
+        let schema = json!({"properties": {
+            "start_at": {"type": "integer"},
+            "ratio": {"type": "number"},
+            "all": {"type": "boolean"},
+            "unit": {"type": "string"},
+        }});
+        let input =
+            query_input("start_at=17&ratio=0.5&all=true&unit=day&other=1", &schema).unwrap();
+        assert_eq!(
+            input,
+            json!({"start_at": 17, "ratio": 0.5, "all": true, "unit": "day", "other": "1"})
+        );
+    }
+
+    #[test]
+    fn query_values_that_do_not_convert_stay_strings_for_the_schema_to_name() {
+        let schema = json!({"properties": {"start_at": {"type": "integer"}}});
+        assert_eq!(
+            query_input("start_at=soon", &schema).unwrap(),
+            json!({"start_at": "soon"})
+        );
+        assert_eq!(
+            query_input("start_at=1.5", &schema).unwrap(),
+            json!({"start_at": "1.5"})
+        );
+    }
+
+    #[test]
+    fn a_repeated_query_parameter_is_refused_by_name() {
+        let (status, code, message) = query_input("a=1&a=2", &json!({})).unwrap_err();
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(code, "invalid_input");
+        assert!(message.contains("query parameter a"), "{message}");
+    }
+}

@@ -1,0 +1,173 @@
+//! `host-sim serve`: one HTTP server for every surface of the host.
+//!
+//! | path | surface |
+//! |---|---|
+//! | `/v1/plugins/{extension}/projects/{project}/api/{route}` | the extension API ([`api`]) |
+//! | `/v1/plugins/{extension}/panel/{file}` | the installed release's panel files ([`console`]) |
+//! | `/console/…` | the console: sign-in, a page per project with the panel ([`console`]) |
+//! | `/healthz` | liveness |
+//!
+//! Every surface authenticates with the host's bearer tokens and runs
+//! actions through [`Host::invoke`], the same function as the CLI.
+
+mod api;
+mod console;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::Value;
+
+use crate::error::InvokeError;
+use crate::host::Host;
+use crate::invoke::{Caller, Invocation, InvokeRequest};
+
+/// The header that carries the caller's runtime generation.
+pub const GENERATION_HEADER: &str = "x-runtime-generation";
+/// The header that carries the request id of every answer.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Lifetime of the project-scoped tokens the console hands to panels.
+    pub panel_session_ttl: Duration,
+    /// Lifetime of a console sign-in (the cookie), capped by the token's own.
+    pub console_session_ttl: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            panel_session_ttl: Duration::from_secs(600),
+            console_session_ttl: Duration::from_secs(8 * 3600),
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub host: Arc<Host>,
+    pub options: Arc<ServeOptions>,
+    pub console: Arc<console::Sessions>,
+}
+
+/// The router of every surface.
+pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
+    let shared = Shared {
+        host: host.clone(),
+        options: Arc::new(options),
+        console: Arc::new(console::Sessions::default()),
+    };
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(api::routes(shared.clone()))
+        .merge(console::routes(shared.clone()))
+        .fallback(|| async {
+            error_response(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such path on this host",
+                &new_request_id(),
+            )
+        })
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves; in-flight
+/// requests finish first.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
+/// A request id in the format [`Host::invoke`] uses, for answers given
+/// before an invocation starts.
+pub(crate) fn new_request_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// The bearer token of `Authorization: Bearer <token>`, if well-formed.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<Caller> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| Caller::bearer(token))
+}
+
+/// Runs an invocation on a blocking thread (the host's calls block).
+pub(crate) async fn invoke(host: &Arc<Host>, caller: Caller, request: InvokeRequest) -> Invocation {
+    let host = host.clone();
+    let extension = request.extension.clone();
+    match tokio::task::spawn_blocking(move || host.invoke(&caller, &request)).await {
+        Ok(invocation) => invocation,
+        Err(join) => {
+            tracing::error!(error = %join, extension = %extension, "an invocation task failed");
+            Invocation {
+                request_id: new_request_id(),
+                generation: None,
+                result: Err(InvokeError::Internal(
+                    "the invocation failed; see the host log".into(),
+                )),
+            }
+        }
+    }
+}
+
+/// The one error shape: `{"error":{"code","message"},"request_id"}`.
+pub(crate) fn error_response(
+    status: StatusCode,
+    code: &str,
+    message: &str,
+    request_id: &str,
+) -> Response {
+    let body = serde_json::json!({
+        "error": {"code": code, "message": message},
+        "request_id": request_id,
+    });
+    json_response(status, &body, request_id)
+}
+
+/// The error of an invocation in the one error shape, with its status.
+pub(crate) fn invoke_error_response(error: &InvokeError, request_id: &str) -> Response {
+    let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut body = error.to_json();
+    body["request_id"] = Value::String(request_id.to_string());
+    let mut response = json_response(status, &body, request_id);
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"host-sim\""),
+        );
+    }
+    response
+}
+
+pub(crate) fn json_response(status: StatusCode, body: &Value, request_id: &str) -> Response {
+    let mut response = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response();
+    if let Ok(value) = HeaderValue::from_str(request_id) {
+        response.headers_mut().insert(REQUEST_ID_HEADER, value);
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
