@@ -5,6 +5,8 @@
 //! (which echoes the caller's token, as the real server does), the browser
 //! side (`/script.js`, `/api/send`) and a control API under `/__fake/...`.
 //! Statistics are real counts over the page views recorded by `/api/send`.
+//! Data lives in memory, or also in a data file ([`UmamiFake::with_data_file`])
+//! so it survives a restart.
 //!
 //! ```no_run
 //! use umami_fake::{FakeConfig, UmamiFake};
@@ -14,6 +16,7 @@
 
 mod api;
 mod control;
+mod persist;
 mod store;
 
 use std::fmt;
@@ -21,6 +24,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::ops::Deref;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 
@@ -79,6 +83,8 @@ impl fmt::Debug for FakeConfig {
 struct Inner {
     config: FakeConfig,
     store: Mutex<store::Store>,
+    /// Where websites and events are saved after every change, if anywhere.
+    data_file: Option<persist::DataFile>,
 }
 
 /// The fake's state and behaviour; cheap to clone. Serve it with
@@ -90,14 +96,33 @@ pub struct UmamiFake {
 }
 
 impl UmamiFake {
+    /// A fake whose data lives in memory only.
     pub fn new(config: FakeConfig) -> Self {
         let store = store::Store::new(config.shape, config.admin, config.fault.clone());
         Self {
             inner: Arc::new(Inner {
                 config,
                 store: Mutex::new(store),
+                data_file: None,
             }),
         }
+    }
+
+    /// A fake that starts with the websites and page views saved in `path`
+    /// (none if the file does not exist yet) and saves them there after every
+    /// change, atomically (a temporary file, then `rename`). Fails when the
+    /// file cannot be read or is not a data file of this fake.
+    pub fn with_data_file(config: FakeConfig, path: &Path) -> io::Result<Self> {
+        let data_file = persist::DataFile::new(path);
+        let mut store = store::Store::new(config.shape, config.admin, config.fault.clone());
+        data_file.load_into(&mut store)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                store: Mutex::new(store),
+                data_file: Some(data_file),
+            }),
+        })
     }
 
     /// Starts the fake on `127.0.0.1` with a free port, on a thread with its
@@ -108,7 +133,13 @@ impl UmamiFake {
 
     /// Like [`UmamiFake::start`], on a chosen address.
     pub fn start_on(config: FakeConfig, addr: SocketAddr) -> io::Result<FakeHandle> {
-        let fake = Self::new(config);
+        Self::new(config).spawn(addr)
+    }
+
+    /// Serves this fake on `addr` on a thread with its own runtime, e.g. one
+    /// made by [`UmamiFake::with_data_file`]. Dropping the handle stops it.
+    pub fn spawn(self, addr: SocketAddr) -> io::Result<FakeHandle> {
+        let fake = self;
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -201,6 +232,17 @@ impl UmamiFake {
         f(&self.store())
     }
 
+    /// Saves the data file after a change, while the caller still holds the
+    /// lock (so saves happen in the order of the changes). A failed save is
+    /// logged; the change stays in memory.
+    fn save(&self, store: &store::Store) {
+        if let Some(file) = &self.inner.data_file
+            && let Err(e) = file.save(store)
+        {
+            tracing::error!("umami-fake: {e}");
+        }
+    }
+
     pub(crate) fn secret_matches(&self, token: &str) -> bool {
         !self.inner.config.secret.is_empty() && token == self.inner.config.secret
     }
@@ -233,6 +275,7 @@ impl UmamiFake {
         };
         store.websites.insert(id, website.clone());
         store.creates += 1;
+        self.save(&store);
         Some(website)
     }
 
@@ -257,7 +300,9 @@ impl UmamiFake {
             website.domain = domain;
         }
         website.updated_at_ms = Some(now_ms);
-        Ok(website.clone())
+        let website = website.clone();
+        self.save(&store);
+        Ok(website)
     }
 
     /// Seeds a website without counting a provider write; `owner` is
@@ -278,6 +323,7 @@ impl UmamiFake {
                 updated_at_ms: None,
             },
         );
+        self.save(&store);
         true
     }
 
@@ -291,8 +337,10 @@ impl UmamiFake {
         user_agent: &str,
         ip: &str,
     ) -> Option<Event> {
-        self.store()
-            .record(website_id, url, timestamp_ms, user_agent, ip)
+        let mut store = self.store();
+        let event = store.record(website_id, url, timestamp_ms, user_agent, ip)?;
+        self.save(&store);
+        Some(event)
     }
 
     /// Provider writes so far: creates plus renames.
@@ -341,11 +389,13 @@ impl UmamiFake {
         self.store().admin = admin;
     }
 
-    /// Forgets websites, events and counters and goes back to the configured
-    /// shape, account kind and fault mode.
+    /// Forgets websites, events and counters (in the data file too) and goes
+    /// back to the configured shape, account kind and fault mode.
     pub fn reset(&self) {
         let config = &self.inner.config;
-        *self.store() = store::Store::new(config.shape, config.admin, config.fault.clone());
+        let mut store = self.store();
+        *store = store::Store::new(config.shape, config.admin, config.fault.clone());
+        self.save(&store);
     }
 }
 

@@ -62,7 +62,7 @@ pub enum Fault {
 }
 
 /// A website as the fake stores it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Website {
     pub id: Uuid,
     pub name: String,
@@ -74,7 +74,7 @@ pub struct Website {
 }
 
 /// One recorded page view.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub website_id: Uuid,
     pub url: String,
