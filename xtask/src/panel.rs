@@ -37,6 +37,10 @@ pub fn build(toolchain: &WasmToolchain) -> Result<PathBuf> {
         .input_path(&wasm)
         .web(true)?
         .typescript(false)
+        // index.html calls `init()` without arguments: the bindings must
+        // default to `new URL('panel_bg.wasm', import.meta.url)` as the CLI's
+        // do (the library omits that default unless told not to).
+        .omit_default_module_path(false)
         // The guest profile keeps symbol names (wasm-bindgen needs the
         // `target_features` section that a full strip would drop); the
         // shipped bundle does not need them.
