@@ -155,9 +155,12 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
         HeaderValue::from_static(PAGE_CSP),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // Not `no-referrer`: under it browsers send `Origin: null` with the
+    // page's own form posts and fetches, and `same_origin` refuses them.
+    // `same-origin` still sends no referrer to any other origin.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(
