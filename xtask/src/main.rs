@@ -3,6 +3,7 @@
 //! Run `cargo xtask --help` for the commands. Each command sets up what it
 //! needs (the WebAssembly toolchain included) and says what it is doing.
 
+mod demo;
 mod guests;
 mod panel;
 mod release;
@@ -14,6 +15,18 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+const DEMO_ABOUT: &str = "The main job: build the signed release and the servers, \
+install the release into a host-sim state in .demo/ (install on first run; on a rerun \
+the same digest is kept and a new one is upgraded to), approve it, grant it to the \
+project demo-shop, bind its `provider` to an Umami-compatible fake and issue a 24 h \
+token for user `demo`. Then run the provider fake and `host-sim serve` on 127.0.0.1 \
+and print the console URL with the token, a ready curl line for the API, the MCP \
+endpoint and how to send a test page view. Ctrl-C stops both servers.
+
+.demo/ keeps host-sim's state, the provider secret (made once, never printed), the \
+provider's websites and page views (provider.json), the token and the servers' logs; \
+a rerun continues with them, `rm -rf .demo` starts over.";
 
 #[derive(Parser)]
 #[command(
@@ -43,6 +56,11 @@ enum Command {
     Reproducible,
     /// Run every test: build what tests need, then the whole test suite.
     Test(test::Args),
+    /// The main job: build the release, install it into a host-sim state in
+    /// .demo/ and serve the console, the extension API and MCP on loopback
+    /// with an Umami-compatible provider fake, until Ctrl-C.
+    #[command(long_about = DEMO_ABOUT)]
+    Demo(demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,11 +73,14 @@ fn main() -> ExitCode {
             guests::build(&toolchain::WasmToolchain::detect_or_exit(), &packages).map(|_| ())
         }
         Command::Panel => panel::build(&toolchain::WasmToolchain::detect_or_exit()).map(|_| ()),
-        Command::Release(args) => release::run(&args, &toolchain::WasmToolchain::detect_or_exit()),
+        Command::Release(args) => {
+            release::run(&args, &toolchain::WasmToolchain::detect_or_exit()).map(|_| ())
+        }
         Command::Reproducible => {
             guests::check_reproducible(&toolchain::WasmToolchain::detect_or_exit())
         }
         Command::Test(args) => test::run(&args),
+        Command::Demo(args) => demo::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

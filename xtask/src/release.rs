@@ -36,7 +36,15 @@ pub fn trusted_keys_dir() -> PathBuf {
     crate::target_root().join("release-bundle/trusted-publishers")
 }
 
-pub fn run(args: &Args, toolchain: &WasmToolchain) -> Result<()> {
+/// A release written and checked.
+pub struct Built {
+    /// The release directory.
+    pub dir: PathBuf,
+    /// SHA-256 of the signed manifest: what a host calls the release's digest.
+    pub manifest_digest: String,
+}
+
+pub fn run(args: &Args, toolchain: &WasmToolchain) -> Result<Built> {
     let root = crate::workspace_root();
     let source =
         std::fs::read_to_string(root.join("manifest.toml")).context("cannot read manifest.toml")?;
@@ -108,5 +116,8 @@ pub fn run(args: &Args, toolchain: &WasmToolchain) -> Result<()> {
         println!("    {digest}  {path}");
     }
     println!("    manifest sha256   {}", written.manifest_digest);
-    Ok(())
+    Ok(Built {
+        dir: out,
+        manifest_digest: written.manifest_digest,
+    })
 }
