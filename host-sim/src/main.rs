@@ -232,6 +232,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let mut config = HostConfig::new(&cli.state_dir);
     config.db_path = cli.db.clone();

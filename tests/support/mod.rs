@@ -1,3 +1,5 @@
+#![allow(dead_code)] // Shared by several test binaries; each uses a part of it.
+
 //! The operator's side of the analytics flows, shared by the flow tests and
 //! the stats benchmark: the verified release installed into a fresh host
 //! state directory, approved, granted to a project whose `provider` binding
