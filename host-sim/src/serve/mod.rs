@@ -5,6 +5,7 @@
 //! | `/v1/plugins/{extension}/projects/{project}/api/{route}` | the extension API ([`api`]) |
 //! | `/v1/plugins/{extension}/panel/{file}` | the installed release's panel files ([`console`]) |
 //! | `/console/…` | the console: sign-in, a page per project with the panel ([`console`]) |
+//! | `/mcp` | the host's MCP server (streamable HTTP): a tool per action of the caller's granted extensions ([`mcp`]) |
 //! | `/healthz` | liveness |
 //!
 //! Every surface authenticates with the host's bearer tokens and runs
@@ -12,6 +13,7 @@
 
 mod api;
 mod console;
+mod mcp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -69,6 +71,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(api::routes(shared.clone()))
         .merge(console::routes(shared.clone()))
+        .merge(mcp::routes(shared.clone()))
         .fallback(|| async {
             error_response(
                 StatusCode::NOT_FOUND,
