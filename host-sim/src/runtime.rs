@@ -186,7 +186,7 @@ pub struct InvocationState {
     stderr: MemoryOutputPipe,
     pub(crate) scope: Arc<InvocationScope>,
     pub(crate) state: Arc<State>,
-    pub(crate) client: reqwest::blocking::Client,
+    pub(crate) client: crate::capabilities::http::BindingClient,
     pub(crate) limits: Arc<SandboxLimits>,
     host_calls: u32,
     pub(crate) response_bytes: usize,
@@ -238,7 +238,7 @@ impl InvocationState {
     pub fn new(
         scope: Arc<InvocationScope>,
         state: Arc<State>,
-        client: reqwest::blocking::Client,
+        client: crate::capabilities::http::BindingClient,
         limits: Arc<SandboxLimits>,
     ) -> Self {
         let stdout = MemoryOutputPipe::new(limits.max_guest_output_bytes);
