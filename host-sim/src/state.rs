@@ -667,8 +667,12 @@ impl State {
         extension_id: &str,
         project_id: &str,
     ) -> Result<InvocationSnapshot> {
-        let conn = self.conn();
         let hash = token_hash(token);
+        let mut conn = self.conn();
+        // One read transaction: one snapshot even against other processes
+        // writing the file, and one lock of the database instead of one per
+        // query.
+        let conn = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
         let user: Option<String> = conn
             .prepare_cached("SELECT user_id FROM tokens WHERE token_hash = ?1 AND expires_at > ?2")?
             .query_row(params![hash, now_secs()], |r| r.get(0))
@@ -694,7 +698,7 @@ impl State {
             Some(digest) => approvals(&conn, extension_id, digest)?,
             None => BTreeSet::new(),
         };
-        Ok(InvocationSnapshot {
+        let snapshot = InvocationSnapshot {
             user,
             project_access,
             granted,
@@ -702,7 +706,9 @@ impl State {
             approved,
             generation: generation(&conn, extension_id, project_id)?,
             settings: project_settings(&conn, project_id)?,
-        })
+        };
+        conn.finish()?;
+        Ok(snapshot)
     }
 
     /// The call-time check of host calls: grant and approval, now.
