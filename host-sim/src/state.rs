@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -113,6 +114,18 @@ pub const DB_FILE: &str = "host-sim.sqlite3";
 pub struct State {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// Writes committed through this handle (SQLite's `data_version` counts
+    /// only the other connections' commits).
+    writes: AtomicU64,
+}
+
+/// Where the database stands. Two equal versions mean nothing was committed
+/// in between, through this handle or by any other connection or process;
+/// call-time checks reuse what they read while the version holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateVersion {
+    writes: u64,
+    data_version: i64,
 }
 
 /// A release as installed: the verified manifest bytes and every file.
@@ -213,6 +226,8 @@ pub struct InvocationSnapshot {
     pub approved: BTreeSet<String>,
     pub generation: u64,
     pub settings: ProjectSettings,
+    /// The version all of the above was read at.
+    pub version: StateVersion,
 }
 
 /// One stored document.
@@ -275,6 +290,7 @@ impl State {
         Ok(Self {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
+            writes: AtomicU64::new(0),
         })
     }
 
@@ -293,7 +309,24 @@ impl State {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&tx)?;
         tx.commit()?;
+        // Still under the connection lock: a version read after this sees it.
+        self.writes.fetch_add(1, Ordering::Relaxed);
         Ok(value)
+    }
+
+    /// The current [`StateVersion`].
+    pub fn version(&self) -> Result<StateVersion> {
+        let conn = self.conn();
+        self.version_of(&conn)
+    }
+
+    fn version_of(&self, conn: &Connection) -> Result<StateVersion> {
+        Ok(StateVersion {
+            writes: self.writes.load(Ordering::Relaxed),
+            data_version: conn
+                .prepare_cached("PRAGMA data_version")?
+                .query_row([], |r| r.get(0))?,
+        })
     }
 
     // ---- releases -------------------------------------------------------
@@ -673,6 +706,7 @@ impl State {
         // writing the file, and one lock of the database instead of one per
         // query.
         let conn = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let version = self.version_of(&conn)?;
         let user: Option<String> = conn
             .prepare_cached("SELECT user_id FROM tokens WHERE token_hash = ?1 AND expires_at > ?2")?
             .query_row(params![hash, now_secs()], |r| r.get(0))
@@ -706,6 +740,7 @@ impl State {
             approved,
             generation: generation(&conn, extension_id, project_id)?,
             settings: project_settings(&conn, project_id)?,
+            version,
         };
         conn.finish()?;
         Ok(snapshot)
@@ -956,6 +991,24 @@ mod tests {
         project_id: "p1",
         extension_id: "ext",
     };
+
+    #[test]
+    fn the_version_moves_on_every_commit_from_any_connection() {
+        let (dir, state) = open();
+        let start = state.version().unwrap();
+        assert_eq!(state.version().unwrap(), start, "reads move nothing");
+        state.revoke("ext", "p1").unwrap();
+        let after_own = state.version().unwrap();
+        assert_ne!(after_own, start, "a write through this handle");
+        // The operator CLI next to a running host: another connection.
+        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        other.revoke("ext", "p1").unwrap();
+        assert_ne!(
+            state.version().unwrap(),
+            after_own,
+            "a write by another connection"
+        );
+    }
 
     #[test]
     fn documents_have_revisions_and_compare_and_set() {

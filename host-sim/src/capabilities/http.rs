@@ -83,13 +83,8 @@ pub(crate) fn authorize(
     );
 
     let capability = http_capability(name);
-    let (granted, approved) = match state.state.call_time_check(
-        &scope.extension_id,
-        &scope.project_id,
-        &scope.release_digest,
-        &capability,
-    ) {
-        Ok(checks) => checks,
+    let (granted, approved, bound) = match state.call_time_check(&capability, Some(name)) {
+        Ok(now) => (now.granted, now.approved, now.binding),
         Err(e) => {
             tracing::error!(request_id = %scope.request_id, error = %e, "{what}: state unavailable");
             return Ok(Err(BindingError::Unavailable(format!(
@@ -141,23 +136,14 @@ pub(crate) fn authorize(
             )),
         )));
     }
-    let binding = match state.state.binding(&scope.project_id, name) {
-        Ok(Some(binding)) => binding,
-        Ok(None) => {
-            return Ok(Err(refuse(
-                &scope.request_id,
-                BindingError::NotBound(format!(
-                    "{what}: project {} has no binding {name}",
-                    scope.project_id
-                )),
-            )));
-        }
-        Err(e) => {
-            tracing::error!(request_id = %scope.request_id, error = %e, "{what}: state unavailable");
-            return Ok(Err(BindingError::Unavailable(format!(
-                "{what}: host state unavailable"
-            ))));
-        }
+    let Some(binding) = bound else {
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::NotBound(format!(
+                "{what}: project {} has no binding {name}",
+                scope.project_id
+            )),
+        )));
     };
     let auth_header = binding.auth_style.header();
     if let Some((header, _)) = request
