@@ -9,8 +9,6 @@
 //! without a valid token never reach MCP. The provider's key shows up in no
 //! result.
 
-// Shared with the other flow tests; this one uses the platform and `serve`.
-#[allow(dead_code)]
 mod support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

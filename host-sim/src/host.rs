@@ -102,7 +102,7 @@ pub struct Host {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<InvocationState>,
     pub(crate) limits: Arc<SandboxLimits>,
-    pub(crate) client: reqwest::blocking::Client,
+    pub(crate) client: crate::capabilities::http::BindingClient,
     pub(crate) trust_dir: PathBuf,
     pub(crate) releases: RwLock<HashMap<String, Arc<LoadedRelease>>>,
     pub(crate) instances: Mutex<HashMap<PreKey, ManagedExtensionPre<InvocationState>>>,

@@ -216,12 +216,13 @@ impl Host {
             provider_origin,
             deadline: Instant::now() + self.limits.deadline,
         });
-        let data = InvocationState::new(
+        let mut data = InvocationState::new(
             scope,
             self.state.clone(),
             self.client.clone(),
             self.limits.clone(),
         );
+        data.seed_checks(snapshot.version, snapshot.granted, &snapshot.approved);
         let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
         let instance = pre.instantiate(&mut store).map_err(|e| {
             if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()

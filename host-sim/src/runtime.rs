@@ -3,6 +3,7 @@
 //! preopens, environment, arguments or network, and a fresh store per
 //! invocation with a memory limit, an epoch deadline and a host-call budget.
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -20,7 +21,7 @@ use crate::bindings::ManagedExtension;
 use crate::error::{InvokeError, Limit};
 use crate::secret::{Secret, redact_str};
 use crate::spec::ExtensionSpec;
-use crate::state::{ProjectSettings, State};
+use crate::state::{Binding, ProjectSettings, State, StateError, StateVersion};
 
 /// Limits of one invocation; every one of them is configurable.
 #[derive(Debug, Clone)]
@@ -186,7 +187,7 @@ pub struct InvocationState {
     stderr: MemoryOutputPipe,
     pub(crate) scope: Arc<InvocationScope>,
     pub(crate) state: Arc<State>,
-    pub(crate) client: reqwest::blocking::Client,
+    pub(crate) client: crate::capabilities::http::BindingClient,
     pub(crate) limits: Arc<SandboxLimits>,
     host_calls: u32,
     pub(crate) response_bytes: usize,
@@ -194,6 +195,26 @@ pub struct InvocationState {
     pub(crate) grant_revoked: bool,
     secrets: Option<Vec<Secret>>,
     memory_limit: usize,
+    checks: CallTimeChecks,
+}
+
+/// What the call-time checks of this invocation read, valid while the
+/// state's version holds: any commit (grant, revoke, approval, binding,
+/// by this host or another process) moves the version and empties it.
+#[derive(Default)]
+struct CallTimeChecks {
+    version: Option<StateVersion>,
+    /// (granted, approved) per capability.
+    capabilities: HashMap<String, (bool, bool)>,
+    bindings: HashMap<String, Option<Binding>>,
+}
+
+/// The state as a host call sees it, now.
+pub(crate) struct CallTime {
+    pub granted: bool,
+    pub approved: bool,
+    /// The project's binding, when the call asked for one.
+    pub binding: Option<Binding>,
 }
 
 impl WasiView for InvocationState {
@@ -238,7 +259,7 @@ impl InvocationState {
     pub fn new(
         scope: Arc<InvocationScope>,
         state: Arc<State>,
-        client: reqwest::blocking::Client,
+        client: crate::capabilities::http::BindingClient,
         limits: Arc<SandboxLimits>,
     ) -> Self {
         let stdout = MemoryOutputPipe::new(limits.max_guest_output_bytes);
@@ -262,7 +283,75 @@ impl InvocationState {
             response_bytes: 0,
             grant_revoked: false,
             secrets: None,
+            checks: CallTimeChecks::default(),
         }
+    }
+
+    /// Starts the call-time checks from the invocation's snapshot: while
+    /// the state's version stays at `version`, a host call needs no query.
+    pub(crate) fn seed_checks(
+        &mut self,
+        version: StateVersion,
+        granted: bool,
+        approved: &BTreeSet<String>,
+    ) {
+        self.checks = CallTimeChecks {
+            version: Some(version),
+            capabilities: approved
+                .iter()
+                .map(|capability| (capability.clone(), (granted, true)))
+                .collect(),
+            bindings: HashMap::new(),
+        };
+    }
+
+    /// The grant, the approval of `capability` and (with `binding`) the
+    /// project's binding, as they are now: reused from earlier host calls
+    /// of this invocation only if nothing was committed since.
+    pub(crate) fn call_time_check(
+        &mut self,
+        capability: &str,
+        binding: Option<&str>,
+    ) -> Result<CallTime, StateError> {
+        let version = self.state.version()?;
+        if self.checks.version != Some(version) {
+            self.checks = CallTimeChecks {
+                version: Some(version),
+                ..CallTimeChecks::default()
+            };
+        }
+        let scope = &self.scope;
+        let (granted, approved) = match self.checks.capabilities.get(capability) {
+            Some(checked) => *checked,
+            None => {
+                let checked = self.state.call_time_check(
+                    &scope.extension_id,
+                    &scope.project_id,
+                    &scope.release_digest,
+                    capability,
+                )?;
+                self.checks
+                    .capabilities
+                    .insert(capability.to_string(), checked);
+                checked
+            }
+        };
+        let binding = match binding {
+            None => None,
+            Some(name) => match self.checks.bindings.get(name) {
+                Some(bound) => bound.clone(),
+                None => {
+                    let bound = self.state.binding(&scope.project_id, name)?;
+                    self.checks.bindings.insert(name.to_string(), bound.clone());
+                    bound
+                }
+            },
+        };
+        Ok(CallTime {
+            granted,
+            approved,
+            binding,
+        })
     }
 
     /// Counts one host call; past the budget the invocation ends.

@@ -4,8 +4,9 @@
 //! the project-scoped documents. Every multi-row change runs in one
 //! transaction, so a failed step leaves nothing half-done.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -113,6 +114,52 @@ pub const DB_FILE: &str = "host-sim.sqlite3";
 pub struct State {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// Writes committed through this handle (SQLite's `data_version` counts
+    /// only the other connections' commits).
+    writes: AtomicU64,
+    snapshots: Mutex<SnapshotCache>,
+}
+
+/// Invocation snapshots read at one [`StateVersion`], by (token hash,
+/// extension, project); emptied when the version moves.
+#[derive(Default)]
+struct SnapshotCache {
+    version: Option<StateVersion>,
+    entries: HashMap<(String, String, String), StoredSnapshot>,
+}
+
+/// Distinct callers kept between two commits.
+const MAX_CACHED_SNAPSHOTS: usize = 1024;
+
+/// A snapshot as the database holds it; the token's expiry is applied
+/// when it is used ([`StoredSnapshot::at`]).
+#[derive(Clone)]
+struct StoredSnapshot {
+    token_expires_at: Option<i64>,
+    snapshot: InvocationSnapshot,
+}
+
+impl StoredSnapshot {
+    fn at(self, now: i64) -> InvocationSnapshot {
+        let mut snapshot = self.snapshot;
+        if self
+            .token_expires_at
+            .is_none_or(|expires_at| expires_at <= now)
+        {
+            snapshot.user = None;
+            snapshot.project_access = false;
+        }
+        snapshot
+    }
+}
+
+/// Where the database stands. Two equal versions mean nothing was committed
+/// in between, through this handle or by any other connection or process;
+/// call-time checks reuse what they read while the version holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateVersion {
+    writes: u64,
+    data_version: i64,
 }
 
 /// A release as installed: the verified manifest bytes and every file.
@@ -213,6 +260,8 @@ pub struct InvocationSnapshot {
     pub approved: BTreeSet<String>,
     pub generation: u64,
     pub settings: ProjectSettings,
+    /// The version all of the above was read at.
+    pub version: StateVersion,
 }
 
 /// What a token reaches now (see [`State::token_access`]).
@@ -285,6 +334,8 @@ impl State {
         Ok(Self {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
+            writes: AtomicU64::new(0),
+            snapshots: Mutex::new(SnapshotCache::default()),
         })
     }
 
@@ -303,7 +354,24 @@ impl State {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&tx)?;
         tx.commit()?;
+        // Still under the connection lock: a version read after this sees it.
+        self.writes.fetch_add(1, Ordering::Relaxed);
         Ok(value)
+    }
+
+    /// The current [`StateVersion`].
+    pub fn version(&self) -> Result<StateVersion> {
+        let conn = self.conn();
+        self.version_of(&conn)
+    }
+
+    fn version_of(&self, conn: &Connection) -> Result<StateVersion> {
+        Ok(StateVersion {
+            writes: self.writes.load(Ordering::Relaxed),
+            data_version: conn
+                .prepare_cached("PRAGMA data_version")?
+                .query_row([], |r| r.get(0))?,
+        })
     }
 
     // ---- releases -------------------------------------------------------
@@ -726,42 +794,40 @@ impl State {
         extension_id: &str,
         project_id: &str,
     ) -> Result<InvocationSnapshot> {
-        let conn = self.conn();
-        let hash = token_hash(token);
-        let user: Option<String> = conn
-            .prepare_cached("SELECT user_id FROM tokens WHERE token_hash = ?1 AND expires_at > ?2")?
-            .query_row(params![hash, now_secs()], |r| r.get(0))
-            .optional()?;
-        let project_access = match &user {
-            None => false,
-            Some(user) => conn
-                .prepare_cached(
-                    "SELECT 1 FROM token_projects tp JOIN user_projects up
-                       ON up.project_id = tp.project_id AND up.user_id = ?2
-                     WHERE tp.token_hash = ?1 AND tp.project_id = ?3",
-                )?
-                .query_row(params![hash, user, project_id], |_| Ok(()))
-                .optional()?
-                .is_some(),
+        let key = (
+            token_hash(token),
+            extension_id.to_string(),
+            project_id.to_string(),
+        );
+        let now = now_secs();
+        let mut conn = self.conn();
+        // One read transaction: one snapshot even against other processes
+        // writing the file, and one lock of the database instead of one per
+        // query.
+        let conn = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let version = self.version_of(&conn)?;
+        let mut cache = self
+            .snapshots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if cache.version != Some(version) {
+            cache.version = Some(version);
+            cache.entries.clear();
+        }
+        let stored = match cache.entries.get(&key) {
+            Some(stored) => stored.clone(),
+            None => {
+                let stored = read_snapshot(&conn, &key, version)?;
+                if cache.entries.len() >= MAX_CACHED_SNAPSHOTS {
+                    cache.entries.clear();
+                }
+                cache.entries.insert(key, stored.clone());
+                stored
+            }
         };
-        let granted = is_granted(&conn, extension_id, project_id)?;
-        let release_digest: Option<String> = conn
-            .prepare_cached("SELECT digest FROM releases WHERE extension_id = ?1")?
-            .query_row([extension_id], |r| r.get(0))
-            .optional()?;
-        let approved = match &release_digest {
-            Some(digest) => approvals(&conn, extension_id, digest)?,
-            None => BTreeSet::new(),
-        };
-        Ok(InvocationSnapshot {
-            user,
-            project_access,
-            granted,
-            release_digest,
-            approved,
-            generation: generation(&conn, extension_id, project_id)?,
-            settings: project_settings(&conn, project_id)?,
-        })
+        drop(cache);
+        conn.finish()?;
+        Ok(stored.at(now))
     }
 
     /// The call-time check of host calls: grant and approval, now.
@@ -875,6 +941,57 @@ impl State {
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+/// Everything the invocation checks read, at `version`; `user` is the
+/// token's user whether or not the token has expired.
+fn read_snapshot(
+    conn: &Connection,
+    (hash, extension_id, project_id): &(String, String, String),
+    version: StateVersion,
+) -> Result<StoredSnapshot> {
+    let token: Option<(String, i64)> = conn
+        .prepare_cached("SELECT user_id, expires_at FROM tokens WHERE token_hash = ?1")?
+        .query_row([hash], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let project_access = match &token {
+        None => false,
+        Some((user, _)) => conn
+            .prepare_cached(
+                "SELECT 1 FROM token_projects tp JOIN user_projects up
+                   ON up.project_id = tp.project_id AND up.user_id = ?2
+                 WHERE tp.token_hash = ?1 AND tp.project_id = ?3",
+            )?
+            .query_row(params![hash, user, project_id], |_| Ok(()))
+            .optional()?
+            .is_some(),
+    };
+    let granted = is_granted(conn, extension_id, project_id)?;
+    let release_digest: Option<String> = conn
+        .prepare_cached("SELECT digest FROM releases WHERE extension_id = ?1")?
+        .query_row([extension_id], |r| r.get(0))
+        .optional()?;
+    let approved = match &release_digest {
+        Some(digest) => approvals(conn, extension_id, digest)?,
+        None => BTreeSet::new(),
+    };
+    let (user, token_expires_at) = match token {
+        Some((user, expires_at)) => (Some(user), Some(expires_at)),
+        None => (None, None),
+    };
+    Ok(StoredSnapshot {
+        token_expires_at,
+        snapshot: InvocationSnapshot {
+            user,
+            project_access,
+            granted,
+            release_digest,
+            approved,
+            generation: generation(conn, extension_id, project_id)?,
+            settings: project_settings(conn, project_id)?,
+            version,
+        },
+    })
 }
 
 fn condition_holds(condition: Condition, current: u64) -> bool {
@@ -1009,6 +1126,68 @@ mod tests {
         project_id: "p1",
         extension_id: "ext",
     };
+
+    #[test]
+    fn the_version_moves_on_every_commit_from_any_connection() {
+        let (dir, state) = open();
+        let start = state.version().unwrap();
+        assert_eq!(state.version().unwrap(), start, "reads move nothing");
+        state.revoke("ext", "p1").unwrap();
+        let after_own = state.version().unwrap();
+        assert_ne!(after_own, start, "a write through this handle");
+        // The operator CLI next to a running host: another connection.
+        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        other.revoke("ext", "p1").unwrap();
+        assert_ne!(
+            state.version().unwrap(),
+            after_own,
+            "a write by another connection"
+        );
+    }
+
+    #[test]
+    fn a_repeated_snapshot_sees_a_revoke_from_another_process() {
+        let (dir, state) = open();
+        state
+            .store_token("hst_t", "u", &["p1".into()], now_secs() + 60)
+            .unwrap();
+        let release = NewRelease {
+            extension_id: "ext",
+            version: "1.0.0",
+            digest: "d1",
+            manifest: "",
+            key_id: "k",
+            files: &BTreeMap::new(),
+        };
+        state.store_release(&release, false).unwrap();
+        state.grant("ext", "p1").unwrap();
+        for _ in 0..2 {
+            let snapshot = state.invocation_snapshot("hst_t", "ext", "p1").unwrap();
+            assert!(snapshot.granted && snapshot.project_access);
+        }
+        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        other.revoke("ext", "p1").unwrap();
+        assert!(
+            !state
+                .invocation_snapshot("hst_t", "ext", "p1")
+                .unwrap()
+                .granted
+        );
+    }
+
+    #[test]
+    fn a_snapshot_read_before_a_token_expired_does_not_outlive_it() {
+        let (_dir, state) = open();
+        let key = (token_hash("hst_t"), "ext".to_string(), "p1".to_string());
+        state
+            .store_token("hst_t", "u", &["p1".into()], now_secs() + 60)
+            .unwrap();
+        let conn = state.conn();
+        let stored = read_snapshot(&conn, &key, state.version_of(&conn).unwrap()).unwrap();
+        assert!(stored.clone().at(now_secs()).project_access);
+        let later = stored.at(now_secs() + 61);
+        assert!(later.user.is_none() && !later.project_access);
+    }
 
     #[test]
     fn documents_have_revisions_and_compare_and_set() {

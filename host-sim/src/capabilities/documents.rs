@@ -44,13 +44,8 @@ pub(crate) fn authorize(
 ) -> wasmtime::Result<Result<AuthorizedAccess, DocumentError>> {
     state.charge_host_call()?;
     let scope = state.scope.clone();
-    let (granted, approved) = match state.state.call_time_check(
-        &scope.extension_id,
-        &scope.project_id,
-        &scope.release_digest,
-        DOCUMENTS,
-    ) {
-        Ok(checks) => checks,
+    let (granted, approved) = match state.call_time_check(DOCUMENTS, None) {
+        Ok(now) => (now.granted, now.approved),
         Err(e) => {
             tracing::error!(request_id = %scope.request_id, error = %e, "documents: state unavailable");
             return Ok(Err(DocumentError::Unavailable(

@@ -13,10 +13,9 @@
 //! used only by [`send`] for the auth header and for redaction. Errors and
 //! logs name the binding, method and path, never the secret or a URL.
 
-use std::io::Read;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::blocking::Client;
 use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::bindings::platform::extension::http_binding::{self, BindingError, Request, Response};
@@ -84,13 +83,8 @@ pub(crate) fn authorize(
     );
 
     let capability = http_capability(name);
-    let (granted, approved) = match state.state.call_time_check(
-        &scope.extension_id,
-        &scope.project_id,
-        &scope.release_digest,
-        &capability,
-    ) {
-        Ok(checks) => checks,
+    let (granted, approved, bound) = match state.call_time_check(&capability, Some(name)) {
+        Ok(now) => (now.granted, now.approved, now.binding),
         Err(e) => {
             tracing::error!(request_id = %scope.request_id, error = %e, "{what}: state unavailable");
             return Ok(Err(BindingError::Unavailable(format!(
@@ -142,23 +136,14 @@ pub(crate) fn authorize(
             )),
         )));
     }
-    let binding = match state.state.binding(&scope.project_id, name) {
-        Ok(Some(binding)) => binding,
-        Ok(None) => {
-            return Ok(Err(refuse(
-                &scope.request_id,
-                BindingError::NotBound(format!(
-                    "{what}: project {} has no binding {name}",
-                    scope.project_id
-                )),
-            )));
-        }
-        Err(e) => {
-            tracing::error!(request_id = %scope.request_id, error = %e, "{what}: state unavailable");
-            return Ok(Err(BindingError::Unavailable(format!(
-                "{what}: host state unavailable"
-            ))));
-        }
+    let Some(binding) = bound else {
+        return Ok(Err(refuse(
+            &scope.request_id,
+            BindingError::NotBound(format!(
+                "{what}: project {} has no binding {name}",
+                scope.project_id
+            )),
+        )));
     };
     let auth_header = binding.auth_style.header();
     if let Some((header, _)) = request
@@ -268,7 +253,7 @@ fn check_path(path: &str) -> Result<(), String> {
 /// credential headers and redacts the secret from what comes back.
 pub(crate) fn send(
     call: AuthorizedCall,
-    client: &Client,
+    client: &BindingClient,
     request_id: &str,
 ) -> Result<Response, BindingError> {
     let name = call.binding.name.clone();
@@ -306,6 +291,7 @@ pub(crate) fn send(
         ))));
     };
     let mut request = client
+        .http()
         .request(method, &url)
         .timeout(call.timeout)
         .header(auth_header, auth);
@@ -316,55 +302,63 @@ pub(crate) fn send(
         request = request.body(body);
     }
     let started = Instant::now();
-    let response = match request.send() {
-        Ok(response) => response,
-        Err(error) if error.is_timeout() => {
+    let exchange = client.block_on(async {
+        let response = request.send().await.map_err(|error| {
+            if error.is_timeout() {
+                Failure::NoAnswer
+            } else {
+                Failure::Unreachable
+            }
+        })?;
+        let status = response.status().as_u16();
+        let headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .filter(|(name, _)| !is_credential_header(name.as_str(), auth_header))
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes());
+                (name.as_str().to_string(), value.into_owned())
+            })
+            .collect();
+        let body = read_body(response, call.max_bytes).await?;
+        Ok((status, headers, body))
+    });
+    let (status, headers, body) = match exchange {
+        Ok(exchange) => exchange,
+        Err(Failure::NoAnswer) => {
             return Err(fail(BindingError::Timeout(format!(
                 "{what}: no answer within {} ms",
                 call.timeout.as_millis()
             ))));
         }
-        Err(_) => {
+        Err(Failure::Unreachable) => {
             return Err(fail(BindingError::Unavailable(format!(
                 "{what}: the origin could not be reached"
             ))));
         }
-    };
-    let status = response.status().as_u16();
-    let secrets = std::slice::from_ref(secret);
-    let headers: Vec<(String, String)> = response
-        .headers()
-        .iter()
-        .filter(|(name, _)| !is_credential_header(name.as_str(), auth_header))
-        .map(|(name, value)| {
-            let value = String::from_utf8_lossy(value.as_bytes());
-            (name.as_str().to_string(), redact_str(&value, secrets))
-        })
-        .collect();
-    let mut body = Vec::new();
-    if let Err(error) = response
-        .take(call.max_bytes as u64 + 1)
-        .read_to_end(&mut body)
-    {
-        let timed_out = error.kind() == std::io::ErrorKind::TimedOut
-            || std::error::Error::source(&error)
-                .and_then(|e| e.downcast_ref::<reqwest::Error>())
-                .is_some_and(reqwest::Error::is_timeout);
-        return Err(fail(if timed_out {
-            BindingError::Timeout(format!(
+        Err(Failure::TooLarge) => {
+            return Err(fail(BindingError::ResponseTooLarge(format!(
+                "{what}: the response is larger than {} bytes",
+                call.max_bytes
+            ))));
+        }
+        Err(Failure::BodyTimedOut) => {
+            return Err(fail(BindingError::Timeout(format!(
                 "{what}: the response did not arrive within {} ms",
                 call.timeout.as_millis()
-            ))
-        } else {
-            BindingError::Unavailable(format!("{what}: the response could not be read"))
-        }));
-    }
-    if body.len() > call.max_bytes {
-        return Err(fail(BindingError::ResponseTooLarge(format!(
-            "{what}: the response is larger than {} bytes",
-            call.max_bytes
-        ))));
-    }
+            ))));
+        }
+        Err(Failure::BodyFailed) => {
+            return Err(fail(BindingError::Unavailable(format!(
+                "{what}: the response could not be read"
+            ))));
+        }
+    };
+    let secrets = std::slice::from_ref(secret);
+    let headers: Vec<(String, String)> = headers
+        .into_iter()
+        .map(|(name, value)| (name, redact_str(&value, secrets)))
+        .collect();
     let body = redact_bytes(&body, secrets);
     tracing::info!(
         request_id,
@@ -383,15 +377,102 @@ pub(crate) fn send(
     })
 }
 
+/// Why an exchange with the origin did not produce a response.
+enum Failure {
+    NoAnswer,
+    Unreachable,
+    TooLarge,
+    BodyTimedOut,
+    BodyFailed,
+}
+
+/// The body, at most `max_bytes` of it: a declared length over the limit
+/// is refused unread; otherwise the body is read until it ends or passes
+/// the limit.
+async fn read_body(mut response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, Failure> {
+    let declared = response.content_length();
+    if declared.is_some_and(|length| length > max_bytes as u64) {
+        return Err(Failure::TooLarge);
+    }
+    let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > max_bytes {
+                    return Err(Failure::TooLarge);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(error) if error.is_timeout() => return Err(Failure::BodyTimedOut),
+            Err(_) => return Err(Failure::BodyFailed),
+        }
+    }
+}
+
 /// The client every binding call goes through: no proxy from the
 /// environment, no redirects (a redirect must not carry the secret
 /// elsewhere), no cookies kept, statuses passed to the guest as they are.
-pub fn client() -> reqwest::Result<Client> {
-    Client::builder()
+///
+/// Calls run on the calling thread: reqwest's async client on a
+/// current-thread tokio runtime that [`BindingClient::block_on`] drives, so
+/// a call is a write and a wait on the socket. (reqwest's blocking client
+/// hands every request to its runtime thread and the response back: two
+/// thread wake-ups per request.) Clones share the runtime and the
+/// connection pool. Concurrent callers all make progress: one of them at a
+/// time drives the runtime's IO and wakes the others, as reqwest's runtime
+/// thread would.
+#[derive(Clone)]
+pub struct BindingClient(Arc<ClientInner>);
+
+struct ClientInner {
+    runtime: Option<tokio::runtime::Runtime>,
+    http: reqwest::Client,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which would panic inside another
+        // runtime; the connection tasks need no waiting for.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl BindingClient {
+    /// The async client; its futures must run in [`Self::block_on`].
+    pub fn http(&self) -> &reqwest::Client {
+        &self.0.http
+    }
+
+    /// Runs `future` to completion on the calling thread. Blocking: not
+    /// for use inside an async runtime (like `reqwest::blocking`).
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.0
+            .runtime
+            .as_ref()
+            .expect("the runtime lives as long as the client")
+            .block_on(future)
+    }
+}
+
+/// Builds the [`BindingClient`].
+pub fn client() -> std::io::Result<BindingClient> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .user_agent("host-sim")
         .build()
+        .map_err(std::io::Error::other)?;
+    Ok(BindingClient(Arc::new(ClientInner {
+        runtime: Some(runtime),
+        http,
+    })))
 }
 
 pub(crate) fn binding_error_message(error: &BindingError) -> &str {
