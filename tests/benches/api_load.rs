@@ -22,13 +22,9 @@ mod support;
 
 use std::io::Write;
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use serde_json::json;
 use support::Platform;
-use uuid::Uuid;
-
-const DAY_MS: i64 = 86_400_000;
 
 /// One wrk run's figures.
 struct Figures {
@@ -126,35 +122,11 @@ fn main() {
     let platform = Platform::start("load-shop", "load-provider-secret", Duration::from_secs(5));
     let served = platform.serve();
     let api = platform.api_base(&served);
-    let configuration = platform.invoke(
-        "analytics.provision",
-        json!({"name": "Load Shop", "domain": "load.example.com"}),
-    );
-    let website: Uuid = configuration.result.expect("provisioned")["website_id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let end = now - now % DAY_MS + DAY_MS;
-    let start = end - 7 * DAY_MS;
-    for day in 0..7 {
-        for view in 0..40 {
-            platform
-                .fake
-                .record_event(
-                    website,
-                    "/",
-                    start + day * DAY_MS + view * 1_800_000,
-                    &format!("Mozilla/5.0 (load visitor {})", view % 8),
-                    "198.51.100.1",
-                )
-                .expect("the website exists");
-        }
-    }
+    let support::Week {
+        website,
+        start,
+        end,
+    } = platform.provision_with_week("Load Shop", "load.example.com");
 
     let bearer = vec![("Authorization", format!("Bearer {}", platform.token))];
     let provider = vec![("Authorization", format!("Bearer {}", platform.secret))];

@@ -17,13 +17,12 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::Platform;
 use uuid::Uuid;
 
-const DAY_MS: i64 = 86_400_000;
 const WARM_UP: usize = 100;
 const SAMPLES: usize = 1_000;
 
@@ -82,33 +81,12 @@ fn main() {
         "bench-provider-secret",
         Duration::from_secs(5),
     );
-    let config = platform.invoke(
-        "analytics.provision",
-        json!({"name": "Bench Shop", "domain": "bench.example.com"}),
-    );
-    let website: Uuid = config.result.expect("provisioned")["website_id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-
     // A week of traffic: 40 page views a day from 8 visitors.
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let end = now - now % DAY_MS + DAY_MS;
-    let start = end - 7 * DAY_MS;
-    for day in 0..7 {
-        for view in 0..40 {
-            let at = start + day * DAY_MS + view * 1_800_000;
-            let visitor = format!("Mozilla/5.0 (bench visitor {})", view % 8);
-            platform
-                .fake
-                .record_event(website, "/", at, &visitor, "198.51.100.1")
-                .expect("the website exists");
-        }
-    }
+    let support::Week {
+        website,
+        start,
+        end,
+    } = platform.provision_with_week("Bench Shop", "bench.example.com");
 
     let direct = Direct {
         client: host_sim::capabilities::http::client().expect("the binding's HTTP client"),

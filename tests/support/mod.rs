@@ -88,6 +88,57 @@ impl Platform {
     }
 }
 
+/// A provisioned website with a week of recorded traffic (the benchmarks'
+/// data): 40 page views a day from 8 visitors, over the seven UTC days
+/// ending with today.
+pub struct Week {
+    pub website: uuid::Uuid,
+    /// Unix ms, inclusive.
+    pub start: i64,
+    /// Unix ms, exclusive: the end of today (UTC).
+    pub end: i64,
+}
+
+impl Platform {
+    /// Provisions `domain` for the project and records a week of traffic.
+    pub fn provision_with_week(&self, name: &str, domain: &str) -> Week {
+        const DAY_MS: i64 = 86_400_000;
+        let configuration = self.invoke(
+            "analytics.provision",
+            serde_json::json!({"name": name, "domain": domain}),
+        );
+        let website: uuid::Uuid = configuration.result.expect("provisioned")["website_id"]
+            .as_str()
+            .expect("a website id")
+            .parse()
+            .expect("a UUID");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as i64;
+        let end = now - now % DAY_MS + DAY_MS;
+        let start = end - 7 * DAY_MS;
+        for day in 0..7 {
+            for view in 0..40 {
+                self.fake
+                    .record_event(
+                        website,
+                        "/",
+                        start + day * DAY_MS + view * 1_800_000,
+                        &format!("Mozilla/5.0 (visitor {})", view % 8),
+                        "198.51.100.1",
+                    )
+                    .expect("the website exists");
+            }
+        }
+        Week {
+            website,
+            start,
+            end,
+        }
+    }
+}
+
 /// Copies the publisher keys `cargo xtask release` wrote into a host's
 /// trust directory, as an operator does.
 fn trust_publishers(trust_dir: &Path) {
