@@ -52,18 +52,6 @@ impl Host {
     /// has no panel or no such file. Never serves files outside that
     /// directory (the component and the manifest stay private).
     pub fn panel_file(&self, extension: &str, path: &str) -> Result<Option<Vec<u8>>, HostError> {
-        let Some(stored) = self.state.release(extension)? else {
-            return Ok(None);
-        };
-        let manifest = extension_release::Manifest::from_toml(&stored.manifest)
-            .map_err(|e| HostError::Invalid(format!("stored manifest: {e}")))?;
-        let Some(panel) = manifest.panel else {
-            return Ok(None);
-        };
-        let dir = match panel.entry.rsplit_once('/') {
-            Some((dir, _)) => format!("{dir}/"),
-            None => String::new(),
-        };
         let clean = !path.is_empty()
             && path
                 .split('/')
@@ -71,6 +59,9 @@ impl Host {
         if !clean {
             return Ok(None);
         }
+        let Some((dir, _)) = self.panel_location(extension)? else {
+            return Ok(None);
+        };
         Ok(self
             .state
             .release_file(extension, &format!("{dir}{path}"))?)
@@ -79,6 +70,12 @@ impl Host {
     /// The file name of the panel's entry page inside its directory
     /// (e.g. `index.html`), if the extension has a panel.
     pub fn panel_entry(&self, extension: &str) -> Result<Option<String>, HostError> {
+        Ok(self.panel_location(extension)?.map(|(_, entry)| entry))
+    }
+
+    /// The installed release's panel directory (`""` or ending in `/`) and
+    /// entry file name, from its manifest's `panel.entry`.
+    fn panel_location(&self, extension: &str) -> Result<Option<(String, String)>, HostError> {
         let Some(stored) = self.state.release(extension)? else {
             return Ok(None);
         };
@@ -87,8 +84,8 @@ impl Host {
         Ok(manifest
             .panel
             .map(|panel| match panel.entry.rsplit_once('/') {
-                Some((_, file)) => file.to_string(),
-                None => panel.entry,
+                Some((dir, file)) => (format!("{dir}/"), file.to_string()),
+                None => (String::new(), panel.entry),
             }))
     }
 

@@ -21,8 +21,8 @@ use serde_json::{Map, Value};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::{
-    GENERATION_HEADER, REQUEST_ID_HEADER, Shared, bearer, error_response, invoke,
-    invoke_error_response, json_response, new_request_id,
+    GENERATION_HEADER, REQUEST_ID_HEADER, Shared, bearer, caller_access, error_response,
+    host_query, invoke, invoke_error_response, json_response, new_request_id,
 };
 use crate::error::InvokeError;
 use crate::invoke::InvokeRequest;
@@ -86,75 +86,43 @@ async fn handle(
         },
     };
 
-    // Who the caller is comes before what exists: an unknown token learns
-    // nothing about installed extensions.
-    let host = shared.host.clone();
-    let lookup_extension = extension.clone();
-    let lookup_caller = caller.clone();
-    let lookup = tokio::task::spawn_blocking(move || {
-        let access = host.caller_access(&lookup_caller)?;
-        let actions = match access {
-            None => None,
-            Some(_) => Some(host.actions(&lookup_extension)?),
-        };
-        Ok::<_, crate::host::HostError>(actions)
-    })
-    .await;
-    let actions = match lookup {
-        Ok(Ok(Some(actions))) => actions,
-        Ok(Ok(None)) => return invoke_error_response(&InvokeError::Unauthenticated, &request_id),
-        Ok(Err(error)) => {
-            tracing::error!(error = %error, "looking up an extension's actions failed");
-            return error_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "the host state is unavailable; see the host log",
-                &request_id,
-            );
-        }
-        Err(join) => {
-            tracing::error!(error = %join, "looking up an extension's actions failed");
-            return error_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "the host failed; see the host log",
-                &request_id,
-            );
+    // `Host::invoke` checks the token; an answer given before it would
+    // (no such route, a bad body) goes to a known token only, so an unknown
+    // token learns nothing about installed extensions.
+    let refuse = |response: Response| {
+        let (shared, caller, request_id) = (shared.clone(), caller.clone(), request_id.clone());
+        async move {
+            match caller_access(&shared.host, &caller).await {
+                Ok(_) => response,
+                Err(error) => invoke_error_response(&error, &request_id),
+            }
         }
     };
-    let Some(actions) = actions else {
-        return error_response(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("no extension {extension} is installed"),
-            &request_id,
-        );
+    let lookup = extension.clone();
+    let actions = match host_query(
+        &shared.host,
+        "looking up an extension's actions",
+        move |host| host.actions(&lookup),
+    )
+    .await
+    {
+        Ok(actions) => actions,
+        Err(error) => return invoke_error_response(&error, &request_id),
     };
-    let route = format!("/{route}");
-    let on_route: Vec<&ActionInfo> = actions.iter().filter(|a| a.http_route == route).collect();
-    if on_route.is_empty() {
-        return error_response(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            &format!("{extension} has no API route {route}"),
-            &request_id,
-        );
-    }
-    let Some(action) = on_route
-        .iter()
-        .find(|a| a.http_method == parts.method.as_str())
-    else {
-        let allowed: Vec<&str> = on_route.iter().map(|a| a.http_method.as_str()).collect();
-        let mut response = error_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            &format!("{route} accepts {}", allowed.join(", ")),
-            &request_id,
-        );
-        if let Ok(value) = HeaderValue::from_str(&allowed.join(", ")) {
-            response.headers_mut().insert(header::ALLOW, value);
+    let action = match route_action(
+        actions.as_deref(),
+        &extension,
+        &format!("/{route}"),
+        &parts.method,
+    ) {
+        Ok(action) => action,
+        Err((status, code, message, allow)) => {
+            let mut response = error_response(status, code, &message, &request_id);
+            if let Some(allow) = allow.and_then(|a| HeaderValue::from_str(&a).ok()) {
+                response.headers_mut().insert(header::ALLOW, allow);
+            }
+            return refuse(response).await;
         }
-        return response;
     };
 
     let input = if parts.method == Method::GET {
@@ -165,7 +133,7 @@ async fn handle(
     let input = match input {
         Ok(input) => input,
         Err((status, code, message)) => {
-            return error_response(status, code, &message, &request_id);
+            return refuse(error_response(status, code, &message, &request_id)).await;
         }
     };
 
@@ -193,6 +161,49 @@ async fn handle(
         }
         Err(error) => invoke_error_response(&error, &invocation.request_id),
     }
+}
+
+/// Why no action answers a route: status, code, message and, for a
+/// wrong method, the `Allow` header's value.
+type RouteError = (StatusCode, &'static str, String, Option<String>);
+
+/// The action of `extension` (`None`: not installed) for `route` and `method`.
+fn route_action<'a>(
+    actions: Option<&'a [ActionInfo]>,
+    extension: &str,
+    route: &str,
+    method: &Method,
+) -> Result<&'a ActionInfo, RouteError> {
+    let Some(actions) = actions else {
+        return Err((
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no extension {extension} is installed"),
+            None,
+        ));
+    };
+    let on_route: Vec<&ActionInfo> = actions.iter().filter(|a| a.http_route == route).collect();
+    if on_route.is_empty() {
+        return Err((
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{extension} has no API route {route}"),
+            None,
+        ));
+    }
+    on_route
+        .iter()
+        .find(|a| a.http_method == method.as_str())
+        .copied()
+        .ok_or_else(|| {
+            let allowed: Vec<&str> = on_route.iter().map(|a| a.http_method.as_str()).collect();
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{route} accepts {}", allowed.join(", ")),
+                Some(allowed.join(", ")),
+            )
+        })
 }
 
 type InputError = (StatusCode, &'static str, String);

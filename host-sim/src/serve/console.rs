@@ -26,7 +26,10 @@ use axum::routing::{get, post};
 use rand::RngCore;
 use serde_json::json;
 
-use super::{Shared, error_response, invoke_error_response, json_response, new_request_id};
+use super::{
+    Shared, caller_access, error_response, host_query, invoke_error_response, json_response,
+    new_request_id,
+};
 use crate::error::InvokeError;
 use crate::invoke::Caller;
 use crate::state::TokenAccess;
@@ -206,12 +209,7 @@ fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response {
 
 /// The caller's access, or the page/answer to give instead.
 async fn access(shared: &Shared, caller: Caller) -> Result<TokenAccess, InvokeError> {
-    let host = shared.host.clone();
-    tokio::task::spawn_blocking(move || host.caller_access(&caller))
-        .await
-        .map_err(|e| InvokeError::Internal(format!("the host failed: {e}")))?
-        .map_err(|e| InvokeError::Internal(format!("the host state is unavailable: {e}")))?
-        .ok_or(InvokeError::Unauthenticated)
+    caller_access(&shared.host, &caller).await
 }
 
 fn header_bar(user: &str) -> String {
@@ -388,13 +386,15 @@ async fn project_page(
     };
     let mut sections = String::new();
     for extension in extensions {
-        let host = shared.host.clone();
         let ext = extension.clone();
-        let entry = tokio::task::spawn_blocking(move || host.panel_entry(&ext))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten();
+        let entry = match host_query(&shared.host, "reading a panel's entry", move |host| {
+            host.panel_entry(&ext)
+        })
+        .await
+        {
+            Ok(entry) => entry,
+            Err(error) => return problem_page(&error),
+        };
         let body = match entry {
             Some(entry) => format!(
                 "<iframe class=\"panel\" title=\"{e} panel\" src=\"/v1/plugins/{e}/panel/{entry}\" \
@@ -470,11 +470,13 @@ async fn panel_file(
     State(shared): State<Shared>,
     Path((extension, file)): Path<(String, String)>,
 ) -> Response {
-    let host = shared.host.clone();
     let path = file.clone();
-    let found = tokio::task::spawn_blocking(move || host.panel_file(&extension, &path)).await;
+    let found = host_query(&shared.host, "reading a panel file", move |host| {
+        host.panel_file(&extension, &path)
+    })
+    .await;
     match found {
-        Ok(Ok(Some(bytes))) => {
+        Ok(Some(bytes)) => {
             let content_type = match file.rsplit_once('.').map(|(_, ext)| ext) {
                 Some("html") => "text/html; charset=utf-8",
                 Some("js" | "mjs") => "text/javascript; charset=utf-8",
@@ -503,29 +505,12 @@ async fn panel_file(
             }
             response
         }
-        Ok(Ok(None)) => error_response(
+        Ok(None) => error_response(
             StatusCode::NOT_FOUND,
             "not_found",
             "no such panel file",
             &new_request_id(),
         ),
-        Ok(Err(error)) => {
-            tracing::error!(error = %error, "reading a panel file failed");
-            error_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "the host state is unavailable; see the host log",
-                &new_request_id(),
-            )
-        }
-        Err(join) => {
-            tracing::error!(error = %join, "reading a panel file failed");
-            error_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "the host failed; see the host log",
-                &new_request_id(),
-            )
-        }
+        Err(error) => invoke_error_response(&error, &new_request_id()),
     }
 }

@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -32,7 +31,9 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
-use super::{Shared, bearer, error_response, invoke, invoke_error_response, new_request_id};
+use super::{
+    Shared, bearer, caller_access, host_query, invoke, invoke_error_response, new_request_id,
+};
 use crate::error::InvokeError;
 use crate::host::{Host, HostError};
 use crate::invoke::{Caller, InvokeRequest};
@@ -78,33 +79,14 @@ async fn authenticate(State(shared): State<Shared>, mut request: Request, next: 
     let Some(caller) = bearer(request.headers()) else {
         return invoke_error_response(&InvokeError::Unauthenticated, &request_id);
     };
-    let host = shared.host.clone();
-    let lookup = caller.clone();
-    let access = match tokio::task::spawn_blocking(move || host.caller_access(&lookup)).await {
-        Ok(Ok(Some(access))) => access,
-        Ok(Ok(None)) => return invoke_error_response(&InvokeError::Unauthenticated, &request_id),
-        Ok(Err(error)) => {
-            tracing::error!(error = %error, "looking up an MCP caller failed");
-            return unavailable(&request_id);
-        }
-        Err(join) => {
-            tracing::error!(error = %join, "looking up an MCP caller failed");
-            return unavailable(&request_id);
-        }
+    let access = match caller_access(&shared.host, &caller).await {
+        Ok(access) => access,
+        Err(error) => return invoke_error_response(&error, &request_id),
     };
     request
         .extensions_mut()
         .insert(Authenticated { caller, access });
     next.run(request).await
-}
-
-fn unavailable(request_id: &str) -> Response {
-    error_response(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        "the host state is unavailable; see the host log",
-        request_id,
-    )
 }
 
 /// One tool a caller may use: an action and the caller's projects that
@@ -226,24 +208,11 @@ impl McpServer {
     }
 
     async fn tools(&self, access: TokenAccess) -> Result<Vec<CallerTool>, ErrorData> {
-        let host = self.host.clone();
-        match tokio::task::spawn_blocking(move || caller_tools(&host, &access)).await {
-            Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(error)) => {
-                tracing::error!(error = %error, "listing a caller's MCP tools failed");
-                Err(ErrorData::internal_error(
-                    "the host state is unavailable; see the host log",
-                    None,
-                ))
-            }
-            Err(join) => {
-                tracing::error!(error = %join, "listing a caller's MCP tools failed");
-                Err(ErrorData::internal_error(
-                    "the host failed; see the host log",
-                    None,
-                ))
-            }
-        }
+        host_query(&self.host, "listing a caller's MCP tools", move |host| {
+            caller_tools(host, &access)
+        })
+        .await
+        .map_err(|error| ErrorData::internal_error(error.to_string(), None))
     }
 }
 

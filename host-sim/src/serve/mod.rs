@@ -26,8 +26,9 @@ use axum::routing::get;
 use serde_json::Value;
 
 use crate::error::InvokeError;
-use crate::host::Host;
+use crate::host::{Host, HostError};
 use crate::invoke::{Caller, Invocation, InvokeRequest};
+use crate::state::TokenAccess;
 
 /// The header that carries the caller's runtime generation.
 pub const GENERATION_HEADER: &str = "x-runtime-generation";
@@ -128,6 +129,46 @@ pub(crate) async fn invoke(host: &Arc<Host>, caller: Caller, request: InvokeRequ
             }
         }
     }
+}
+
+/// Runs a host query on a blocking thread (the host's calls block). A
+/// failure is logged with `what` and becomes an `internal` error whose
+/// message points at the host log.
+pub(crate) async fn host_query<T: Send + 'static>(
+    host: &Arc<Host>,
+    what: &'static str,
+    query: impl FnOnce(&Host) -> Result<T, HostError> + Send + 'static,
+) -> Result<T, InvokeError> {
+    let host = host.clone();
+    match tokio::task::spawn_blocking(move || query(&host)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => {
+            tracing::error!(error = %error, "{what} failed");
+            Err(InvokeError::Internal(
+                "the host state is unavailable; see the host log".into(),
+            ))
+        }
+        Err(join) => {
+            tracing::error!(error = %join, "{what} failed");
+            Err(InvokeError::Internal(
+                "the host failed; see the host log".into(),
+            ))
+        }
+    }
+}
+
+/// What the caller's token reaches now; `Unauthenticated` for an unknown or
+/// expired token.
+pub(crate) async fn caller_access(
+    host: &Arc<Host>,
+    caller: &Caller,
+) -> Result<TokenAccess, InvokeError> {
+    let caller = caller.clone();
+    host_query(host, "looking up a caller", move |host| {
+        host.caller_access(&caller)
+    })
+    .await?
+    .ok_or(InvokeError::Unauthenticated)
 }
 
 /// The one error shape: `{"error":{"code","message"},"request_id"}`.
