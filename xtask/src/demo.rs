@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -609,29 +609,20 @@ impl Drop for Servers {
     }
 }
 
-/// A plain HTTP/1.1 GET on loopback: status and body.
+/// `GET http://{address}{path}` on loopback: status and body.
 fn http_get(address: SocketAddr, path: &str, bearer: Option<&str>) -> Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let auth = bearer
-        .map(|token| format!("Authorization: Bearer {token}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
-    )?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .context("not an HTTP answer")?;
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let mut request = agent.get(format!("http://{address}{path}"));
+    if let Some(token) = bearer {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let mut response = request.call()?;
+    let status = response.status().as_u16();
+    Ok((status, response.body_mut().read_to_string()?))
 }
 
 fn print_summary(
