@@ -198,13 +198,13 @@ impl Host {
         spec::check(&action.input, &request.input, "input").map_err(InvokeError::InvalidInput)?;
 
         let pre = self.instance_pre(&release, &request.project, snapshot.generation)?;
-        let provider_origin = match release.spec.provider_binding() {
-            Some(binding) => self
-                .state
-                .binding_origin(&request.project, binding)
-                .map_err(|e| internal("the host state is unavailable", e))?,
-            None => None,
-        };
+        let provider_origin = release.spec.provider_binding().and_then(|name| {
+            snapshot
+                .bindings
+                .iter()
+                .find(|binding| binding.name == name)
+                .map(|binding| binding.origin.clone())
+        });
         let scope = Arc::new(InvocationScope {
             extension_id: request.extension.clone(),
             project_id: request.project.clone(),
@@ -222,7 +222,12 @@ impl Host {
             self.client.clone(),
             self.limits.clone(),
         );
-        data.seed_checks(snapshot.version, snapshot.granted, &snapshot.approved);
+        data.seed_checks(
+            snapshot.version,
+            snapshot.granted,
+            &snapshot.approved,
+            &snapshot.bindings,
+        );
         let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
         let instance = pre.instantiate(&mut store).map_err(|e| {
             if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()

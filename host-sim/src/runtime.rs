@@ -82,6 +82,9 @@ pub fn engine(limits: &SandboxLimits, pooled: bool) -> wasmtime::Result<Engine> 
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
+    if std::env::var_os("HOST_SIM_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     if pooled {
         let n = limits.max_instances.max(1);
         let mut pool = PoolingAllocationConfig::new();
@@ -95,8 +98,9 @@ pub fn engine(limits: &SandboxLimits, pooled: bool) -> wasmtime::Result<Engine> 
             .max_memories_per_component(4)
             .max_tables_per_component(16)
             .max_memory_size(limits.memory_bytes)
-            .linear_memory_keep_resident(64 << 10)
-            .table_keep_resident(16 << 10);
+            .linear_memory_keep_resident(limits.memory_bytes)
+            .table_keep_resident(1 << 20)
+            .pagemap_scan(wasmtime::Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&config)
@@ -199,8 +203,8 @@ pub struct InvocationState {
 }
 
 /// What the call-time checks of this invocation read, valid while the
-/// state's version holds: any commit (grant, revoke, approval, binding,
-/// by this host or another process) moves the version and empties it.
+/// state's version holds: any commit (grant, revoke, approval, binding, by
+/// this host or another process) moves it and empties this.
 #[derive(Default)]
 struct CallTimeChecks {
     version: Option<StateVersion>,
@@ -288,21 +292,27 @@ impl InvocationState {
     }
 
     /// Starts the call-time checks from the invocation's snapshot: while
-    /// the state's version stays at `version`, a host call needs no query.
+    /// the state stays at the snapshot's version, a host call needs no
+    /// query. The snapshot's binding secrets are what output is redacted of.
     pub(crate) fn seed_checks(
         &mut self,
-        version: StateVersion,
+        version: Option<StateVersion>,
         granted: bool,
         approved: &BTreeSet<String>,
+        bindings: &[Binding],
     ) {
         self.checks = CallTimeChecks {
-            version: Some(version),
+            version,
             capabilities: approved
                 .iter()
                 .map(|capability| (capability.clone(), (granted, true)))
                 .collect(),
-            bindings: HashMap::new(),
+            bindings: bindings
+                .iter()
+                .map(|binding| (binding.name.clone(), Some(binding.clone())))
+                .collect(),
         };
+        self.secrets = Some(bindings.iter().map(|b| b.secret.clone()).collect());
     }
 
     /// The grant, the approval of `capability` and (with `binding`) the
@@ -313,10 +323,12 @@ impl InvocationState {
         capability: &str,
         binding: Option<&str>,
     ) -> Result<CallTime, StateError> {
-        let version = self.state.version()?;
-        if self.checks.version != Some(version) {
+        // Read before the data it guards; `None` (a commit under way)
+        // reuses nothing.
+        let version = self.state.version();
+        if version.is_none() || self.checks.version != version {
             self.checks = CallTimeChecks {
-                version: Some(version),
+                version,
                 ..CallTimeChecks::default()
             };
         }
@@ -342,6 +354,10 @@ impl InvocationState {
                 Some(bound) => bound.clone(),
                 None => {
                     let bound = self.state.binding(&scope.project_id, name)?;
+                    if let (Some(secrets), Some(binding)) = (&mut self.secrets, &bound) {
+                        // A secret set mid-invocation is redacted too.
+                        secrets.push(binding.secret.clone());
+                    }
                     self.checks.bindings.insert(name.to_string(), bound.clone());
                     bound
                 }

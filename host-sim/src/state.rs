@@ -111,22 +111,152 @@ CREATE TABLE documents (
 /// The database file inside a state directory.
 pub const DB_FILE: &str = "host-sim.sqlite3";
 
+/// The change counter's file inside a state directory.
+pub const CHANGES_FILE: &str = "host-sim.changes";
+
 pub struct State {
     conn: Mutex<Connection>,
     path: PathBuf,
-    /// Writes committed through this handle (SQLite's `data_version` counts
-    /// only the other connections' commits).
-    writes: AtomicU64,
-    snapshots: Mutex<SnapshotCache>,
+    changes: ChangeCounter,
+    /// Invocation snapshots by (token hash, extension, project).
+    snapshots: Mutex<VersionedCache<(String, String, String), StoredSnapshot>>,
+    documents: Mutex<VersionedCache<DocumentKey, Option<StoredDocument>>>,
 }
 
-/// Invocation snapshots read at one [`StateVersion`], by (token hash,
-/// extension, project); emptied when the version moves.
-#[derive(Default)]
-struct SnapshotCache {
+/// Values read at one [`StateVersion`]; emptied when the version moves,
+/// and when it holds `max` entries.
+struct VersionedCache<K, V> {
     version: Option<StateVersion>,
-    entries: HashMap<(String, String, String), StoredSnapshot>,
+    entries: HashMap<K, V>,
+    max: usize,
 }
+
+impl<K: std::hash::Hash + Eq, V: Clone> VersionedCache<K, V> {
+    fn new(max: usize) -> Self {
+        Self {
+            version: None,
+            entries: HashMap::new(),
+            max,
+        }
+    }
+
+    fn get(&mut self, version: StateVersion, key: &K) -> Option<V> {
+        if self.version != Some(version) {
+            self.version = Some(version);
+            self.entries.clear();
+        }
+        self.entries.get(key).cloned()
+    }
+
+    /// Keeps `value`, read after `version` was seen, if the cache is still
+    /// at that version.
+    fn insert(&mut self, version: StateVersion, key: K, value: V) {
+        if self.version != Some(version) {
+            return;
+        }
+        if self.entries.len() >= self.max {
+            self.entries.clear();
+        }
+        self.entries.insert(key, value);
+    }
+}
+
+/// (project, extension, collection, id).
+type DocumentKey = (String, String, String, String);
+
+/// Two counters shared by every process with the state open, in a mapping
+/// of [`CHANGES_FILE`]: `started` moves before each commit host-sim makes
+/// and `finished` after it. When they are equal no commit is under way and
+/// `finished` names the state ([`StateVersion`]): anything read after
+/// seeing it stays true while both still say the same. Reading them is two
+/// memory loads, which is what lets invocations and host calls reuse their
+/// checks without a database round trip. A process killed between the two
+/// leaves them apart, and every reader goes to the database, until a
+/// process opens the state while no other has it open (the counters are
+/// then made equal again).
+///
+/// This holds because host-sim is the only writer of its state: every
+/// commit goes through [`State::write`]. A change made with another SQLite
+/// client is seen after the host restarts.
+struct ChangeCounter {
+    map: memmap2::MmapRaw,
+    /// Holds a shared lock on the file while the state is open.
+    _file: std::fs::File,
+}
+
+/// Moves `finished` when dropped: after the commit, or after a failed one.
+struct CommitInFlight<'a>(&'a ChangeCounter);
+
+impl Drop for CommitInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.finished().fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl ChangeCounter {
+    fn open(path: &Path) -> Result<Self> {
+        let io = |source| StateError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        // Several processes may create it at once; growing to 16 bytes
+        // zero-fills and never shrinks what another wrote.
+        if file.metadata().map_err(io)?.len() < 16 {
+            file.set_len(16).map_err(io)?;
+        }
+        let map = memmap2::MmapOptions::new()
+            .len(16)
+            .map_raw(&file)
+            .map_err(io)?;
+        let counter = Self { map, _file: file };
+        // Alone with the state: no commit can be under way, so counters
+        // left apart by a killed process are made equal.
+        if counter._file.try_lock().is_ok() {
+            let finished = counter.finished().load(Ordering::SeqCst);
+            counter.started().store(finished, Ordering::SeqCst);
+        }
+        counter._file.lock_shared().map_err(io)?;
+        Ok(counter)
+    }
+
+    fn at(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: the mapping is 16 bytes long and page-aligned, so both
+        // u64 slots are in bounds and aligned; other processes touch them
+        // only with atomic operations; the mapping lives as long as `self`.
+        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
+    }
+
+    fn started(&self) -> &AtomicU64 {
+        self.at(0)
+    }
+
+    fn finished(&self) -> &AtomicU64 {
+        self.at(8)
+    }
+
+    /// Call before the commit; drop the guard after it.
+    fn begin(&self) -> CommitInFlight<'_> {
+        self.started().fetch_add(1, Ordering::SeqCst);
+        CommitInFlight(self)
+    }
+
+    /// The state's version, or `None` while a commit is under way.
+    fn version(&self) -> Option<StateVersion> {
+        let finished = self.finished().load(Ordering::SeqCst);
+        let started = self.started().load(Ordering::SeqCst);
+        (started == finished).then_some(StateVersion(finished))
+    }
+}
+
+/// Documents kept between two commits.
+const MAX_CACHED_DOCUMENTS: usize = 1024;
 
 /// Distinct callers kept between two commits.
 const MAX_CACHED_SNAPSHOTS: usize = 1024;
@@ -153,14 +283,12 @@ impl StoredSnapshot {
     }
 }
 
-/// Where the database stands. Two equal versions mean nothing was committed
-/// in between, through this handle or by any other connection or process;
-/// call-time checks reuse what they read while the version holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateVersion {
-    writes: u64,
-    data_version: i64,
-}
+/// Where the state stands: two equal versions mean nothing was committed
+/// in between, by this process or any other (see [`ChangeCounter`]).
+/// Invocation snapshots, call-time checks and documents are reused while
+/// the version holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StateVersion(u64);
 
 /// A release as installed: the verified manifest bytes and every file.
 #[derive(Debug, Clone)]
@@ -260,8 +388,12 @@ pub struct InvocationSnapshot {
     pub approved: BTreeSet<String>,
     pub generation: u64,
     pub settings: ProjectSettings,
-    /// The version all of the above was read at.
-    pub version: StateVersion,
+    /// The project's bindings, secrets included (for the binding calls and
+    /// for redaction; never shown).
+    pub bindings: Vec<Binding>,
+    /// The version all of the above was read at (none if a commit was
+    /// under way).
+    pub version: Option<StateVersion>,
 }
 
 /// What a token reaches now (see [`State::token_access`]).
@@ -331,11 +463,13 @@ impl State {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(Duration::from_secs(5))?;
         migrate(&mut conn)?;
+        let changes = ChangeCounter::open(&path.with_file_name(CHANGES_FILE))?;
         Ok(Self {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
-            writes: AtomicU64::new(0),
-            snapshots: Mutex::new(SnapshotCache::default()),
+            changes,
+            snapshots: Mutex::new(VersionedCache::new(MAX_CACHED_SNAPSHOTS)),
+            documents: Mutex::new(VersionedCache::new(MAX_CACHED_DOCUMENTS)),
         })
     }
 
@@ -344,34 +478,24 @@ impl State {
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.conn)
     }
 
     fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
         let mut conn = self.conn();
+        let in_flight = self.changes.begin();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let value = f(&tx)?;
         tx.commit()?;
-        // Still under the connection lock: a version read after this sees it.
-        self.writes.fetch_add(1, Ordering::Relaxed);
+        drop(in_flight);
         Ok(value)
     }
 
-    /// The current [`StateVersion`].
-    pub fn version(&self) -> Result<StateVersion> {
-        let conn = self.conn();
-        self.version_of(&conn)
-    }
-
-    fn version_of(&self, conn: &Connection) -> Result<StateVersion> {
-        Ok(StateVersion {
-            writes: self.writes.load(Ordering::Relaxed),
-            data_version: conn
-                .prepare_cached("PRAGMA data_version")?
-                .query_row([], |r| r.get(0))?,
-        })
+    /// The state's version now, or `None` while a commit is under way:
+    /// two memory loads, no database access. Read it before the data it
+    /// guards.
+    pub fn version(&self) -> Option<StateVersion> {
+        self.changes.version()
     }
 
     // ---- releases -------------------------------------------------------
@@ -642,17 +766,7 @@ impl State {
                 "SELECT project_id, name, origin, secret, auth_style, timeout_ms
                  FROM bindings WHERE project_id = ?1 AND name = ?2",
             )?
-            .query_row(params![project_id, name], |r| {
-                let style: String = r.get(4)?;
-                Ok(Binding {
-                    project_id: r.get(0)?,
-                    name: r.get(1)?,
-                    origin: r.get(2)?,
-                    secret: Secret::new(r.get::<_, String>(3)?),
-                    auth_style: AuthStyle::parse(&style).unwrap_or(AuthStyle::Bearer),
-                    timeout: Duration::from_millis(r.get::<_, i64>(5)?.max(1) as u64),
-                })
-            })
+            .query_row(params![project_id, name], binding_row)
             .optional()?)
     }
 
@@ -683,15 +797,6 @@ impl State {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    /// The public origin of a project's binding (no secret).
-    pub fn binding_origin(&self, project_id: &str, name: &str) -> Result<Option<String>> {
-        let conn = self.conn();
-        Ok(conn
-            .prepare_cached("SELECT origin FROM bindings WHERE project_id = ?1 AND name = ?2")?
-            .query_row(params![project_id, name], |r| r.get(0))
-            .optional()?)
     }
 
     // ---- users and tokens -----------------------------------------------
@@ -800,33 +905,23 @@ impl State {
             project_id.to_string(),
         );
         let now = now_secs();
+        let version = self.version();
+        if let Some(version) = version
+            && let Some(stored) = lock(&self.snapshots).get(version, &key)
+        {
+            return Ok(stored.at(now));
+        }
         let mut conn = self.conn();
         // One read transaction: one snapshot even against other processes
         // writing the file, and one lock of the database instead of one per
         // query.
-        let conn = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-        let version = self.version_of(&conn)?;
-        let mut cache = self
-            .snapshots
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if cache.version != Some(version) {
-            cache.version = Some(version);
-            cache.entries.clear();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let stored = read_snapshot(&tx, &key, version)?;
+        tx.finish()?;
+        drop(conn);
+        if let Some(version) = version {
+            lock(&self.snapshots).insert(version, key, stored.clone());
         }
-        let stored = match cache.entries.get(&key) {
-            Some(stored) => stored.clone(),
-            None => {
-                let stored = read_snapshot(&conn, &key, version)?;
-                if cache.entries.len() >= MAX_CACHED_SNAPSHOTS {
-                    cache.entries.clear();
-                }
-                cache.entries.insert(key, stored.clone());
-                stored
-            }
-        };
-        drop(cache);
-        conn.finish()?;
         Ok(stored.at(now))
     }
 
@@ -860,6 +955,30 @@ impl State {
     ) -> Result<Option<StoredDocument>> {
         let conn = self.conn();
         get_document(&conn, scope, collection, id)
+    }
+
+    /// [`Self::document`], reused while the state stays at one version.
+    pub fn document_cached(
+        &self,
+        scope: DocumentScope<'_>,
+        collection: &str,
+        id: &str,
+    ) -> Result<Option<StoredDocument>> {
+        let Some(version) = self.version() else {
+            return self.document(scope, collection, id);
+        };
+        let key = (
+            scope.project_id.to_string(),
+            scope.extension_id.to_string(),
+            collection.to_string(),
+            id.to_string(),
+        );
+        if let Some(document) = lock(&self.documents).get(version, &key) {
+            return Ok(document);
+        }
+        let document = self.document(scope, collection, id)?;
+        lock(&self.documents).insert(version, key, document.clone());
+        Ok(document)
     }
 
     pub fn put_document(
@@ -948,7 +1067,7 @@ impl State {
 fn read_snapshot(
     conn: &Connection,
     (hash, extension_id, project_id): &(String, String, String),
-    version: StateVersion,
+    version: Option<StateVersion>,
 ) -> Result<StoredSnapshot> {
     let token: Option<(String, i64)> = conn
         .prepare_cached("SELECT user_id, expires_at FROM tokens WHERE token_hash = ?1")?
@@ -989,9 +1108,37 @@ fn read_snapshot(
             approved,
             generation: generation(conn, extension_id, project_id)?,
             settings: project_settings(conn, project_id)?,
+            bindings: project_bindings(conn, project_id)?,
             version,
         },
     })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn binding_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Binding> {
+    let style: String = r.get(4)?;
+    Ok(Binding {
+        project_id: r.get(0)?,
+        name: r.get(1)?,
+        origin: r.get(2)?,
+        secret: Secret::new(r.get::<_, String>(3)?),
+        auth_style: AuthStyle::parse(&style).unwrap_or(AuthStyle::Bearer),
+        timeout: Duration::from_millis(r.get::<_, i64>(5)?.max(1) as u64),
+    })
+}
+
+fn project_bindings(conn: &Connection, project_id: &str) -> Result<Vec<Binding>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT project_id, name, origin, secret, auth_style, timeout_ms
+         FROM bindings WHERE project_id = ?1 ORDER BY name",
+    )?;
+    let rows = stmt.query_map([project_id], binding_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 fn condition_holds(condition: Condition, current: u64) -> bool {
@@ -1146,6 +1293,54 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_under_way_has_no_version_and_a_lone_opener_repairs_a_killed_one() {
+        let (dir, state) = open();
+        let before = state.version().expect("nothing under way");
+        let in_flight = state.changes.begin();
+        assert_eq!(state.version(), None, "a commit is under way");
+        drop(in_flight);
+        let after = state.version().expect("the commit finished");
+        assert_ne!(after, before);
+
+        // A process killed mid-commit: `started` moved, `finished` never will.
+        std::mem::forget(state.changes.begin());
+        assert_eq!(state.version(), None);
+        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        assert_eq!(other.version(), None, "not alone: nothing is repaired");
+        drop((state, other));
+        let alone = State::open(&dir.path().join(DB_FILE)).unwrap();
+        assert!(alone.version().is_some(), "alone with the state: repaired");
+    }
+
+    #[test]
+    fn documents_are_reused_only_while_the_version_holds() {
+        let (dir, state) = open();
+        state
+            .put_document(P1, "site", "a", "1", Condition::Absent)
+            .unwrap();
+        let read = |state: &State| state.document_cached(P1, "site", "a").unwrap().unwrap();
+        assert_eq!(read(&state).body, "1");
+        // Another process writes: the next read sees it.
+        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        other
+            .put_document(P1, "site", "a", "2", Condition::Revision(1))
+            .unwrap();
+        assert_eq!(read(&state).body, "2");
+        // While a commit is under way nothing cached is used.
+        let in_flight = other.changes.begin();
+        other
+            .conn()
+            .execute(
+                "UPDATE documents SET body = '3', revision = 3 WHERE id = 'a'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(read(&state).body, "3");
+        drop(in_flight);
+        assert_eq!(read(&state).body, "3");
+    }
+
+    #[test]
     fn a_repeated_snapshot_sees_a_revoke_from_another_process() {
         let (dir, state) = open();
         state
@@ -1183,7 +1378,7 @@ mod tests {
             .store_token("hst_t", "u", &["p1".into()], now_secs() + 60)
             .unwrap();
         let conn = state.conn();
-        let stored = read_snapshot(&conn, &key, state.version_of(&conn).unwrap()).unwrap();
+        let stored = read_snapshot(&conn, &key, state.version()).unwrap();
         assert!(stored.clone().at(now_secs()).project_access);
         let later = stored.at(now_secs() + 61);
         assert!(later.user.is_none() && !later.project_access);

@@ -24,7 +24,15 @@ use support::Platform;
 use uuid::Uuid;
 
 const WARM_UP: usize = 100;
-const SAMPLES: usize = 1_000;
+/// Interleaved samples per path; `STATS_OVERHEAD_SAMPLES` overrides it
+/// (a long run is what a profiler wants).
+fn samples() -> usize {
+    std::env::var("STATS_OVERHEAD_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(1_000)
+}
 
 /// The provider requests of one stats call, sent directly.
 struct Direct {
@@ -106,9 +114,10 @@ fn main() {
     assert_eq!(hosted["pageviews"], totals["pageviews"]);
     assert_eq!(hosted["pageviews"], 7 * 40);
 
-    let mut host_times = Vec::with_capacity(SAMPLES);
-    let mut direct_times = Vec::with_capacity(SAMPLES);
-    for round in 0..WARM_UP + SAMPLES {
+    let samples = samples();
+    let mut host_times = Vec::with_capacity(samples);
+    let mut direct_times = Vec::with_capacity(samples);
+    for round in 0..WARM_UP + samples {
         // Alternate which path goes first so neither always follows the other.
         let mut timings = [Duration::ZERO; 2];
         for step in 0..2 {
@@ -131,7 +140,7 @@ fn main() {
 
     let (host_p50, direct_p50) = (percentile(&host_times, 50), percentile(&direct_times, 50));
     println!(
-        "stats_overhead: analytics.stats unit=day over 7 days, {SAMPLES} interleaved samples after {WARM_UP} warm-up rounds"
+        "stats_overhead: analytics.stats unit=day over 7 days, {samples} interleaved samples after {WARM_UP} warm-up rounds"
     );
     println!(
         "  direct to the provider (stats + pageviews, keep-alive): p50 {}  p99 {}",

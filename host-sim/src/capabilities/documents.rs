@@ -148,7 +148,7 @@ impl documents::Host for InvocationState {
             Err(refusal) => return Ok(Err(refusal)),
         };
         Ok(
-            match self.state.document(access.scope(), &collection, &id) {
+            match self.state.document_cached(access.scope(), &collection, &id) {
                 Ok(document) => Ok(document.map(|d| Document {
                     collection,
                     id,

@@ -76,11 +76,11 @@ pub(crate) fn authorize(
     state.charge_host_call()?;
     let scope = state.scope.clone();
     let name = request.binding.as_str();
-    let what = format!(
-        "binding {name}: {} {}",
-        request.method,
-        printable(&request.path)
-    );
+    let what = What {
+        binding: name,
+        method: &request.method,
+        path: &request.path,
+    };
 
     let capability = http_capability(name);
     let (granted, approved, bound) = match state.call_time_check(&capability, Some(name)) {
@@ -257,7 +257,11 @@ pub(crate) fn send(
     request_id: &str,
 ) -> Result<Response, BindingError> {
     let name = call.binding.name.clone();
-    let what = format!("binding {name}: {} {}", call.method, call.path);
+    let what = What {
+        binding: &name,
+        method: &call.method,
+        path: &call.path,
+    };
     let fail = |failure: BindingError| {
         tracing::warn!(
             request_id,
@@ -489,6 +493,26 @@ pub(crate) fn binding_error_message(error: &BindingError) -> &str {
 }
 
 /// A guest-supplied string made safe for an error message.
+/// "binding NAME: METHOD PATH", the subject of a call's errors and log
+/// lines; formatted only when one is written.
+struct What<'a> {
+    binding: &'a str,
+    method: &'a str,
+    path: &'a str,
+}
+
+impl std::fmt::Display for What<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "binding {}: {} {}",
+            self.binding,
+            printable(self.method),
+            printable(self.path)
+        )
+    }
+}
+
 fn printable(text: &str) -> String {
     let mut out: String = text
         .chars()
