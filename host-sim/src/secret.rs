@@ -1,25 +1,46 @@
 //! Binding secrets: a type that never prints itself, and the redaction that
 //! every byte from a provider and every guest log line passes through.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
+
+use memchr::memmem;
 
 /// A binding's credential. It has no `Display`, its `Debug` prints
 /// `[redacted]`, and only [`crate::capabilities::http`] reads it (to build
 /// the auth header) and the redactor (to remove it from what the guest sees).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+/// Clones share one value and its redaction needles, worked out once.
+#[derive(Clone)]
+pub struct Secret(Arc<SecretInner>);
+
+struct SecretInner {
+    value: String,
+    /// The forms redaction looks for, longest first.
+    needles: Vec<String>,
+}
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.value == other.0.value
+    }
+}
+
+impl Eq for Secret {}
 
 /// What replaces a secret wherever it would have been shown.
 pub const REDACTED: &str = "[redacted]";
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        let value = value.into();
+        let needles = needles(&value);
+        Self(Arc::new(SecretInner { value, needles }))
     }
 
     /// The raw value; call sites are the auth header and redaction only.
     pub(crate) fn expose(&self) -> &str {
-        &self.0
+        &self.0.value
     }
 }
 
@@ -34,30 +55,27 @@ impl fmt::Debug for Secret {
 /// Replaces every occurrence of any of `secrets` (and of their JSON-escaped
 /// form) in `bytes` with [`REDACTED`].
 pub fn redact_bytes(bytes: &[u8], secrets: &[Secret]) -> Vec<u8> {
-    let mut out = bytes.to_vec();
-    for secret in secrets {
-        for needle in needles(secret) {
-            out = replace_all(&out, needle.as_bytes(), REDACTED.as_bytes());
+    let mut out = Cow::Borrowed(bytes);
+    for needle in secrets.iter().flat_map(|s| &s.0.needles) {
+        if memmem::find(&out, needle.as_bytes()).is_some() {
+            out = Cow::Owned(replace_all(&out, needle.as_bytes(), REDACTED.as_bytes()));
         }
     }
-    out
+    out.into_owned()
 }
 
 /// [`redact_bytes`] for text.
 pub fn redact_str(text: &str, secrets: &[Secret]) -> String {
-    let mut out = text.to_string();
-    for secret in secrets {
-        for needle in needles(secret) {
-            if out.contains(needle.as_str()) {
-                out = out.replace(needle.as_str(), REDACTED);
-            }
+    let mut out = Cow::Borrowed(text);
+    for needle in secrets.iter().flat_map(|s| &s.0.needles) {
+        if memmem::find(out.as_bytes(), needle.as_bytes()).is_some() {
+            out = Cow::Owned(out.replace(needle.as_str(), REDACTED));
         }
     }
-    out
+    out.into_owned()
 }
 
-fn needles(secret: &Secret) -> Vec<String> {
-    let raw = secret.expose();
+fn needles(raw: &str) -> Vec<String> {
     if raw.is_empty() {
         return Vec::new();
     }
@@ -79,20 +97,18 @@ fn needles(secret: &Secret) -> Vec<String> {
 }
 
 fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
-    if needle.is_empty() || haystack.len() < needle.len() {
-        return haystack.to_vec();
-    }
     let mut out = Vec::with_capacity(haystack.len());
-    let mut i = 0;
-    while i < haystack.len() {
-        if haystack[i..].starts_with(needle) {
-            out.extend_from_slice(with);
-            i += needle.len();
-        } else {
-            out.push(haystack[i]);
-            i += 1;
+    let mut rest = 0;
+    for at in memmem::find_iter(haystack, needle) {
+        // Occurrences overlapping one already replaced are skipped.
+        if at < rest {
+            continue;
         }
+        out.extend_from_slice(&haystack[rest..at]);
+        out.extend_from_slice(with);
+        rest = at + needle.len();
     }
+    out.extend_from_slice(&haystack[rest..]);
     out
 }
 
@@ -114,6 +130,15 @@ mod tests {
         assert!(!out.contains("a\\/b"), "{out}");
         assert_eq!(out.matches(REDACTED).count(), 2, "{out}");
         assert_eq!(redact_str("x a/b\"c y", &secrets), "x [redacted] y");
+    }
+
+    #[test]
+    fn every_occurrence_goes_leftmost_first_and_clones_compare_by_value() {
+        let secrets = [Secret::new("aa")];
+        assert_eq!(redact_bytes(b"aaa-aa", &secrets), b"[redacted]a-[redacted]");
+        assert_eq!(redact_str("aaa-aa", &secrets), "[redacted]a-[redacted]");
+        assert_eq!(redact_bytes(b"no match", &secrets), b"no match");
+        assert_eq!(secrets[0].clone(), Secret::new("aa"));
     }
 
     #[test]
