@@ -90,6 +90,15 @@ impl Invocation {
     }
 }
 
+/// A new request id: a random (version 4) UUID, drawn from the thread's
+/// generator instead of a system call per request.
+pub(crate) fn new_request_id() -> String {
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .simple()
+        .to_string()
+}
+
 fn internal(what: &str, error: impl fmt::Display) -> InvokeError {
     tracing::error!(error = %error, "{what}");
     InvokeError::Internal(format!("{what}; see the host log"))
@@ -99,7 +108,7 @@ impl Host {
     /// Runs `request` for `caller`. Blocking (run it on a blocking thread
     /// from async code); safe to call from many threads at once.
     pub fn invoke(&self, caller: &Caller, request: &InvokeRequest) -> Invocation {
-        let request_id = uuid::Uuid::new_v4().simple().to_string();
+        let request_id = new_request_id();
         let started = Instant::now();
         let mut generation = None;
         let result = self.run(caller, request, &request_id, &mut generation);

@@ -175,6 +175,11 @@ fn compile_schema(schema: &Value, definitions: &Value) -> Result<jsonschema::Val
 /// Validates `value` against `validator`; the message names the first
 /// failing location and rule.
 pub fn check(validator: &jsonschema::Validator, value: &Value, what: &str) -> Result<(), String> {
+    // The boolean check is the fast path; errors are collected only when
+    // there is one to report.
+    if validator.is_valid(value) {
+        return Ok(());
+    }
     match validator.iter_errors(value).next() {
         None => Ok(()),
         Some(error) => {

@@ -8,6 +8,7 @@
 //! WIT bindings to the trait and exports `invoke`.
 
 pub mod actions;
+mod answers;
 pub mod calendar;
 pub mod domain;
 pub mod error;

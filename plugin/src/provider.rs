@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::calendar;
+use crate::answers;
 use crate::error::{ActionError, ErrorCode};
 use crate::host::{BindingError, Host, HttpRequest, HttpResponse, LogLevel, PROVIDER_BINDING};
 
@@ -115,92 +115,40 @@ pub fn binding_error(method: &str, path: &str, error: &BindingError) -> ActionEr
     }
 }
 
-/// A count as Umami sends it: a number, a numeric string, `null`, or a v2
-/// `{value, prev}` object. `Ok(None)` for `null`.
-fn count(value: &Value) -> Result<Option<u64>, &'static str> {
-    let number = |f: f64| {
-        if (0.0..1e18).contains(&f) {
-            Ok(Some(f.round() as u64))
-        } else {
-            Err("a count is negative or out of range")
-        }
-    };
-    match value {
-        Value::Null => Ok(None),
-        Value::Number(n) => match n.as_u64() {
-            Some(v) => Ok(Some(v)),
-            None => number(n.as_f64().unwrap_or(-1.0)),
-        },
-        Value::String(s) => {
-            let s = s.trim();
-            match s.parse::<u64>() {
-                Ok(v) => Ok(Some(v)),
-                Err(_) => number(s.parse::<f64>().map_err(|_| "a count is not a number")?),
-            }
-        }
-        Value::Object(pair) => match pair.get("value") {
-            Some(inner) if !inner.is_object() => count(inner),
-            _ => Err("a count object has no `value`"),
-        },
-        _ => Err("a count is not a number"),
-    }
-}
-
 /// Parses a stats answer of any known shape.
 pub fn parse_stats(body: &[u8]) -> Result<Totals, &'static str> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| "it is not JSON")?;
-    let object = value.as_object().ok_or("it is not a JSON object")?;
-    let required = |key: &'static str| -> Result<u64, &'static str> {
-        match object.get(key) {
-            None => Err(match key {
-                "visitors" => "`visitors` is missing",
-                "visits" => "`visits` is missing",
-                _ => "`pageviews` is missing",
-            }),
-            Some(v) => Ok(count(v)?.unwrap_or(0)),
-        }
+    let answer: answers::StatsAnswer = answers::object(body)?;
+    let required = |field: answers::Field, missing: &'static str| match field.0 {
+        None => Err(missing),
+        Some(read) => Ok(read?.unwrap_or(0)),
     };
-    let optional = |key: &str| -> Result<Option<u64>, &'static str> {
-        object.get(key).map_or(Ok(None), count)
-    };
+    let optional = |field: answers::Field| field.0.unwrap_or(Ok(None));
     Ok(Totals {
-        visitors: required("visitors")?,
-        visits: required("visits")?,
-        pageviews: required("pageviews")?,
-        bounces: optional("bounces")?,
-        totaltime: optional("totaltime")?,
+        visitors: required(answer.visitors, "`visitors` is missing")?,
+        visits: required(answer.visits, "`visits` is missing")?,
+        pageviews: required(answer.pageviews, "`pageviews` is missing")?,
+        bounces: optional(answer.bounces)?,
+        totaltime: optional(answer.totaltime)?,
     })
 }
 
 /// Parses a `pageviews` series answer into counts per UTC day.
 pub fn parse_daily(body: &[u8]) -> Result<BTreeMap<i64, DayCounts>, &'static str> {
-    let value: Value = serde_json::from_slice(body).map_err(|_| "it is not JSON")?;
-    let object = value.as_object().ok_or("it is not a JSON object")?;
+    let answer: answers::DailyAnswer = answers::object(body)?;
     let mut days: BTreeMap<i64, DayCounts> = BTreeMap::new();
-    let mut add = |key: &str, into: fn(&mut DayCounts) -> &mut u64| -> Result<(), &'static str> {
-        let points = match object.get(key) {
-            None | Some(Value::Null) if key == "sessions" => return Ok(()),
-            Some(Value::Array(points)) => points,
-            _ => return Err("a series is not a list of points"),
-        };
+    let mut add = |points: Vec<answers::Point>,
+                   into: fn(&mut DayCounts) -> &mut u64|
+     -> Result<(), &'static str> {
         for point in points {
-            let day = match point.get("x") {
-                Some(Value::String(text)) => {
-                    calendar::parse_day(text).ok_or("a point's date is not a known format")?
-                }
-                Some(Value::Number(ms)) => {
-                    calendar::day_of_ms(ms.as_i64().ok_or("a point's time is not an integer")?)
-                }
-                _ => return Err("a point has no date"),
-            };
-            let y = count(point.get("y").unwrap_or(&Value::Null))?.unwrap_or(0);
+            let day = point.day?;
+            let y = point.count?.unwrap_or(0);
             let slot = into(days.entry(day).or_default());
             *slot = slot.saturating_add(y);
         }
         Ok(())
     };
-    add("pageviews", |d| &mut d.pageviews)?;
-    add("sessions", |d| &mut d.visitors)?;
+    add(answer.pageviews.points(false)?, |d| &mut d.pageviews)?;
+    add(answer.sessions.points(true)?, |d| &mut d.visitors)?;
     Ok(days)
 }
 
@@ -597,6 +545,78 @@ mod tests {
         assert_eq!(
             parse_daily(br#"{"sessions":[]}"#),
             Err("a series is not a list of points")
+        );
+    }
+
+    #[test]
+    fn every_odd_shape_is_named_in_field_order() {
+        for (body, want) in [
+            (r#""text""#, Err("it is not a JSON object")),
+            (
+                r#"{"visitors":true,"visits":1,"pageviews":1}"#,
+                Err("a count is not a number"),
+            ),
+            (
+                r#"{"visitors":{"value":{"value":1}},"visits":1,"pageviews":1}"#,
+                Err("a count object has no `value`"),
+            ),
+            // The first problem in field order wins, not in body order.
+            (
+                r#"{"pageviews":"x","visits":-2,"visitors":{"value":null}}"#,
+                Err("a count is negative or out of range"),
+            ),
+        ] {
+            assert_eq!(
+                totals(body).map(|t| t.visitors),
+                want.map(|_: ()| 0),
+                "{body}"
+            );
+        }
+        let nulls = totals(r#"{"visitors":{"value":null},"visits":1e20,"pageviews":1}"#);
+        assert_eq!(nulls, Err("a count is negative or out of range"));
+    }
+
+    #[test]
+    fn odd_points_and_series_are_named() {
+        for (body, why) in [
+            (r#"{"pageviews":[1]}"#, "a point has no date"),
+            (r#"{"pageviews":[{"y":1}]}"#, "a point has no date"),
+            (
+                r#"{"pageviews":[{"x":1.5,"y":1}]}"#,
+                "a point's time is not an integer",
+            ),
+            (
+                r#"{"pageviews":[{"x":18446744073709551615,"y":1}]}"#,
+                "a point's time is not an integer",
+            ),
+            (
+                r#"{"pageviews":[{"x":"2026-11-19","y":"lots"}]}"#,
+                "a count is not a number",
+            ),
+            (
+                r#"{"pageviews":{"x":1}}"#,
+                "a series is not a list of points",
+            ),
+            (r#"{"pageviews":null}"#, "a series is not a list of points"),
+            (
+                r#"{"pageviews":[],"sessions":"none"}"#,
+                "a series is not a list of points",
+            ),
+        ] {
+            assert_eq!(parse_daily(body.as_bytes()), Err(why), "{body}");
+        }
+        let ms = days_from_civil(2026, 11, 19) * 86_400_000 + 5;
+        let days = parse_daily(
+            format!(r#"{{"pageviews":[{{"x":{ms},"y":2}},{{"x":"2026-11-19"}}],"sessions":null}}"#)
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            days[&days_from_civil(2026, 11, 19)],
+            DayCounts {
+                pageviews: 2,
+                visitors: 0
+            }
         );
     }
 

@@ -100,9 +100,7 @@ pub async fn run(
 
 /// A request id in the format [`Host::invoke`] uses, for answers given
 /// before an invocation starts.
-pub(crate) fn new_request_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
-}
+pub(crate) use crate::invoke::new_request_id;
 
 /// The bearer token of `Authorization: Bearer <token>`, if well-formed.
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<Caller> {
