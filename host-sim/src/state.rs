@@ -180,8 +180,9 @@ type DocumentKey = (String, String, String, String);
 /// client is seen after the host restarts.
 struct ChangeCounter {
     map: memmap2::MmapRaw,
-    /// Holds a shared lock on the file while the state is open.
-    _file: std::fs::File,
+    /// The counters' file; this handle holds a shared lock on it while the
+    /// state is open.
+    file: std::fs::File,
 }
 
 /// Moves `finished` when dropped: after the commit, or after a failed one.
@@ -215,14 +216,14 @@ impl ChangeCounter {
             .len(16)
             .map_raw(&file)
             .map_err(io)?;
-        let counter = Self { map, _file: file };
+        let counter = Self { map, file };
         // Alone with the state: no commit can be under way, so counters
         // left apart by a killed process are made equal.
-        if counter._file.try_lock().is_ok() {
+        if counter.file.try_lock().is_ok() {
             let finished = counter.finished().load(Ordering::SeqCst);
             counter.started().store(finished, Ordering::SeqCst);
         }
-        counter._file.lock_shared().map_err(io)?;
+        counter.file.lock_shared().map_err(io)?;
         Ok(counter)
     }
 
@@ -905,23 +906,16 @@ impl State {
             project_id.to_string(),
         );
         let now = now_secs();
-        let version = self.version();
-        if let Some(version) = version
-            && let Some(stored) = lock(&self.snapshots).get(version, &key)
-        {
-            return Ok(stored.at(now));
-        }
-        let mut conn = self.conn();
-        // One read transaction: one snapshot even against other processes
-        // writing the file, and one lock of the database instead of one per
-        // query.
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-        let stored = read_snapshot(&tx, &key, version)?;
-        tx.finish()?;
-        drop(conn);
-        if let Some(version) = version {
-            lock(&self.snapshots).insert(version, key, stored.clone());
-        }
+        let stored = self.cached(&self.snapshots, key, |key, version| {
+            let mut conn = self.conn();
+            // One read transaction: one snapshot even against other
+            // processes writing the file, and one lock of the database
+            // instead of one per query.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let stored = read_snapshot(&tx, key, version)?;
+            tx.finish()?;
+            Ok(stored)
+        })?;
         Ok(stored.at(now))
     }
 
@@ -964,21 +958,39 @@ impl State {
         collection: &str,
         id: &str,
     ) -> Result<Option<StoredDocument>> {
-        let Some(version) = self.version() else {
-            return self.document(scope, collection, id);
-        };
         let key = (
             scope.project_id.to_string(),
             scope.extension_id.to_string(),
             collection.to_string(),
             id.to_string(),
         );
-        if let Some(document) = lock(&self.documents).get(version, &key) {
-            return Ok(document);
+        self.cached(&self.documents, key, |_, _| {
+            self.document(scope, collection, id)
+        })
+    }
+
+    /// The value under `key` in `cache` if it was read at the state's
+    /// current version; otherwise `read` (given the version it reads at,
+    /// `None` while a commit is under way) and keep what it returns when
+    /// there is a version to keep it under.
+    fn cached<K: std::hash::Hash + Eq, V: Clone>(
+        &self,
+        cache: &Mutex<VersionedCache<K, V>>,
+        key: K,
+        read: impl FnOnce(&K, Option<StateVersion>) -> Result<V>,
+    ) -> Result<V> {
+        // Read before the data it guards.
+        let version = self.version();
+        if let Some(version) = version
+            && let Some(hit) = lock(cache).get(version, &key)
+        {
+            return Ok(hit);
         }
-        let document = self.document(scope, collection, id)?;
-        lock(&self.documents).insert(version, key, document.clone());
-        Ok(document)
+        let value = read(&key, version)?;
+        if let Some(version) = version {
+            lock(cache).insert(version, key, value.clone());
+        }
+        Ok(value)
     }
 
     pub fn put_document(

@@ -492,7 +492,6 @@ pub(crate) fn binding_error_message(error: &BindingError) -> &str {
     }
 }
 
-/// A guest-supplied string made safe for an error message.
 /// "binding NAME: METHOD PATH", the subject of a call's errors and log
 /// lines; formatted only when one is written.
 struct What<'a> {
@@ -513,6 +512,7 @@ impl std::fmt::Display for What<'_> {
     }
 }
 
+/// A guest-supplied string made safe for an error message.
 fn printable(text: &str) -> String {
     let mut out: String = text
         .chars()
