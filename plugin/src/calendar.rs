@@ -40,10 +40,17 @@ pub fn day_of_ms(ms: i64) -> i64 {
     ms.div_euclid(DAY_MS)
 }
 
-fn digits(s: &str) -> Option<i64> {
-    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| s.parse().ok())
-        .flatten()
+/// A non-empty run of ASCII digits as a number (`None` past `i64`).
+fn digits(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0i64, |n, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(i64::from(b - b'0'))
+    })
 }
 
 fn days_in_month(year: i64, month: u32) -> u32 {
@@ -55,21 +62,24 @@ fn days_in_month(year: i64, month: u32) -> u32 {
     }
 }
 
-/// Seconds east of UTC of a zone suffix: `""`, `Z`, `+HH`, `+HHMM`, `+HH:MM`.
-fn zone_offset_seconds(zone: &str) -> Option<i64> {
-    match zone {
-        "" | "Z" | "z" => return Some(0),
-        _ => {}
-    }
-    let (sign, rest) = match zone.as_bytes().first()? {
-        b'+' => (1, &zone[1..]),
-        b'-' => (-1, &zone[1..]),
+/// Seconds east of UTC of a zone suffix: `""`, `Z`, `+HH`, `+HHMM`, `+HH:MM`
+/// (colons anywhere after the sign are ignored).
+fn zone_offset_seconds(zone: &[u8]) -> Option<i64> {
+    let (sign, rest) = match zone {
+        [] | [b'Z' | b'z'] => return Some(0),
+        [b'+', rest @ ..] => (1, rest),
+        [b'-', rest @ ..] => (-1, rest),
         _ => return None,
     };
-    let rest = rest.replace(':', "");
-    let (h, m) = match rest.len() {
-        2 => (digits(&rest)?, 0),
-        4 => (digits(&rest[..2])?, digits(&rest[2..])?),
+    let mut packed = [0u8; 4];
+    let mut len = 0;
+    for &b in rest.iter().filter(|&&b| b != b':') {
+        *packed.get_mut(len)? = b;
+        len += 1;
+    }
+    let (h, m) = match len {
+        2 => (digits(&packed[..2])?, 0),
+        4 => (digits(&packed[..2])?, digits(&packed[2..])?),
         _ => return None,
     };
     (h < 24 && m < 60).then_some(sign * (h * 3600 + m * 60))
@@ -77,28 +87,33 @@ fn zone_offset_seconds(zone: &str) -> Option<i64> {
 
 /// The UTC day of a date or date-time as Umami sends it: `2026-11-21`,
 /// `2026-11-21 00:00:00`, `2026-11-21T05:00:00Z`, with fractions or offsets.
+///
+/// Works on bytes: the daily series parses one of these per point, and in
+/// the component this is the plugin's hottest code.
 pub fn parse_day(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let date = text.get(..10)?;
-    let mut parts = date.split('-');
-    let (y, m, d) = (parts.next()?, parts.next()?, parts.next()?);
-    if y.len() != 4 || m.len() != 2 || d.len() != 2 {
+    let text = text.trim().as_bytes();
+    let (date, rest) = text.split_at_checked(10)?;
+    let [y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1] = *date else {
         return None;
-    }
-    let (year, month, day) = (digits(y)?, digits(m)? as u32, digits(d)? as u32);
+    };
+    let year = digits(&[y0, y1, y2, y3])?;
+    let (month, day) = (digits(&[m0, m1])? as u32, digits(&[d0, d1])? as u32);
     if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
         return None;
     }
     let days = days_from_civil(year, month, day);
-    let rest = &text[10..];
-    if rest.is_empty() {
-        return Some(days);
-    }
-    let rest = rest.strip_prefix(['T', 't', ' '])?;
-    let zone_at = rest.find(['Z', 'z', '+', '-']).unwrap_or(rest.len());
+    let rest = match rest {
+        [] => return Some(days),
+        [b'T' | b't' | b' ', rest @ ..] => rest,
+        _ => return None,
+    };
+    let zone_at = rest
+        .iter()
+        .position(|b| matches!(b, b'Z' | b'z' | b'+' | b'-'))
+        .unwrap_or(rest.len());
     let (time, zone) = rest.split_at(zone_at);
-    let time = time.split('.').next()?;
-    let mut fields = time.split(':');
+    let time = time.split(|&b| b == b'.').next()?;
+    let mut fields = time.split(|&b| b == b':');
     let hour = digits(fields.next()?)?;
     let minute = digits(fields.next()?)?;
     let second = fields.next().map_or(Some(0), digits)?;
