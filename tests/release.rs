@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use extension_release::component::{self, ADAPTER_WASI_INTERFACES};
+use extension_release::component::{self, ALLOWED_WASI_INTERFACES};
 use extension_release::{
     MANIFEST_FILE, PublisherKey, ReleaseBundle, SIGNATURE_FILE, TrustStore, VerifyError,
     WIT_VERSION,
@@ -43,11 +43,20 @@ fn the_release_verifies_and_its_component_imports_only_what_the_host_offers() {
     for import in &info.imports {
         let interface = import.split('@').next().unwrap();
         assert!(
-            host.contains(import) || ADAPTER_WASI_INTERFACES.contains(&interface),
+            host.contains(import) || ALLOWED_WASI_INTERFACES.contains(&interface),
             "unexpected import {import}"
         );
         assert!(!import.starts_with("wasi:sockets") && !import.starts_with("wasi:http"));
     }
+    // The plugin is a bare module, not a wasip1 one behind the preview1
+    // adapter: of WASI it imports the wall clock only.
+    let wasi: Vec<&str> = info
+        .imports
+        .iter()
+        .filter(|import| import.starts_with("wasi:"))
+        .map(|import| import.split('@').next().unwrap())
+        .collect();
+    assert_eq!(wasi, ["wasi:clocks/wall-clock"]);
     assert_eq!(
         info.exports,
         vec![format!("platform:extension/extension@{WIT_VERSION}")]

@@ -147,9 +147,10 @@ impl Drop for EpochTicker {
     }
 }
 
-/// The linker every instance comes from: WASI p2 (sync) for the preview1
-/// adapter, and the four host interfaces implemented by the capability
-/// modules.
+/// The linker every instance comes from: WASI p2 (sync) for components
+/// that import WASI (the preview1 adapter's interfaces, or just the wall
+/// clock like the plugin), and the four host interfaces implemented by the
+/// capability modules.
 pub fn linker(engine: &Engine) -> wasmtime::Result<Linker<InvocationState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;

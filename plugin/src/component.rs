@@ -1,13 +1,16 @@
-//! The WASI-component adapter: generated WIT bindings mapped onto
+//! The component adapter: generated WIT bindings mapped onto
 //! [`crate::host::Host`], and the exported `invoke`. No logic lives here.
 
 wit_bindgen::generate!({
-    path: "../wit",
-    world: "managed-extension",
+    // The platform contract, then the plugin's world (contract + wall clock).
+    path: ["../wit", "wit"],
+    world: "managed-analytics:plugin/plugin",
+    generate_all,
 });
 
 use exports::platform::extension::extension::{ActionError as WitActionError, Guest};
 use platform::extension::{context, documents, http_binding, log};
+use wasi::clocks::wall_clock;
 
 use crate::host::{
     BindingError, Document, DocumentError, Host, HttpRequest, HttpResponse, Invocation, LogLevel,
@@ -123,12 +126,23 @@ impl Host for WitHost {
         };
         log::write(level, message);
     }
+
+    fn now_ms(&self) -> i64 {
+        let now = wall_clock::now();
+        let ms = u128::from(now.seconds) * 1000 + u128::from(now.nanoseconds / 1_000_000);
+        i64::try_from(ms).unwrap_or(i64::MAX)
+    }
 }
 
 struct Component;
 
 impl Guest for Component {
     fn invoke(action: String, input: String) -> Result<String, WitActionError> {
+        // A bare module has no stderr: a panic's message goes to the host log
+        // (redacted there like every guest log line) before the trap.
+        std::panic::set_hook(Box::new(|panic| {
+            log::write(log::Level::Error, &format!("the plugin panicked: {panic}"));
+        }));
         crate::actions::invoke(&WitHost, &action, &input).map_err(|e| WitActionError {
             code: e.code.as_str().to_owned(),
             message: e.message,

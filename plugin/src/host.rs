@@ -125,8 +125,9 @@ pub trait Host {
     /// `log.write`.
     fn log(&self, level: LogLevel, message: &str);
 
-    /// Now, in Unix milliseconds. The WIT has no clock of its own; a component
-    /// reads the WASI wall clock through the preview1 adapter.
+    /// Now, in Unix milliseconds. The platform WIT has no clock of its own:
+    /// the component imports `wasi:clocks/wall-clock`; natively it is the
+    /// system clock.
     fn now_ms(&self) -> i64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)

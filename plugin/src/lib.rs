@@ -5,7 +5,8 @@
 //! `platform:extension@0.1.0` (invocation context, the `provider` HTTP
 //! binding, project documents, log). Natively it is unit-tested with
 //! in-memory hosts; on `wasm32` the `component` module adapts the generated
-//! WIT bindings to the trait and exports `invoke`.
+//! WIT bindings to the trait and exports `invoke`, and `heap` is its
+//! allocator.
 
 pub mod actions;
 mod answers;
@@ -18,6 +19,8 @@ pub mod website_id;
 
 #[cfg(target_arch = "wasm32")]
 mod component;
+#[cfg(target_arch = "wasm32")]
+mod heap;
 
 pub use actions::invoke;
 pub use error::{ActionError, ErrorCode};

@@ -1,4 +1,7 @@
-//! Guest components: wasm32-wasip1 core modules adapted into components.
+//! Guest components: core modules turned into components. The plugin is a
+//! bare wasm32-unknown-unknown module (its component imports only its WIT
+//! world); the test extension is a wasip1 module adapted with the preview1
+//! reactor adapter, so the host's WASI side stays exercised.
 
 use std::path::{Path, PathBuf};
 
@@ -12,16 +15,21 @@ pub struct Guest {
     pub package: &'static str,
     /// The cdylib's file stem, also the artifact name in target/guests.
     pub artifact: &'static str,
+    /// [`Target::Bare`]: componentized as is; [`Target::Wasip1`]: with the
+    /// preview1 adapter.
+    pub target: Target,
 }
 
 pub const GUESTS: [Guest; 2] = [
     Guest {
         package: "managed-analytics",
         artifact: "managed_analytics",
+        target: Target::Bare,
     },
     Guest {
         package: "test-extension",
         artifact: "test_extension",
+        target: Target::Wasip1,
     },
 ];
 
@@ -70,14 +78,22 @@ fn build_into(
             .join(", "),
         toolchain.describe()
     ));
-    let packages: Vec<&str> = guests.iter().map(|g| g.package).collect();
-    run::checked(&mut toolchain.cargo_build(Target::Wasip1, "guest", &packages, target_dir))?;
+    for target in [Target::Bare, Target::Wasip1] {
+        let packages: Vec<&str> = guests
+            .iter()
+            .filter(|g| g.target == target)
+            .map(|g| g.package)
+            .collect();
+        if !packages.is_empty() {
+            run::checked(&mut toolchain.cargo_build(target, "guest", &packages, target_dir))?;
+        }
+    }
     std::fs::create_dir_all(out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let mut written = Vec::new();
     for guest in guests {
         let module_path = target_dir
-            .join(Target::Wasip1.triple())
+            .join(guest.target.triple())
             .join("guest")
             .join(format!("{}.wasm", guest.artifact));
         let module = std::fs::read(&module_path).with_context(|| {
@@ -87,7 +103,7 @@ fn build_into(
                 guest.package
             )
         })?;
-        let component = componentize(&module)
+        let component = componentize(&module, guest.target)
             .with_context(|| format!("cannot turn {} into a component", guest.package))?;
         let out = out_dir.join(format!("{}.wasm", guest.artifact));
         std::fs::write(&out, &component)
@@ -104,17 +120,20 @@ fn build_into(
     Ok(written)
 }
 
-/// Adapts a wasip1 core module (with the component type that wit-bindgen
-/// embedded) into a component, using the preview1 reactor adapter.
-pub fn componentize(module: &[u8]) -> Result<Vec<u8>> {
-    wit_component::ComponentEncoder::default()
+/// Turns a core module (with the component type that wit-bindgen embedded)
+/// into a component; a wasip1 module gets the preview1 reactor adapter.
+pub fn componentize(module: &[u8], target: Target) -> Result<Vec<u8>> {
+    let encoder = wit_component::ComponentEncoder::default()
         .module(module)?
-        .validate(true)
-        .adapter(
+        .validate(true);
+    match target {
+        Target::Bare => encoder,
+        Target::Wasip1 => encoder.adapter(
             "wasi_snapshot_preview1",
             wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
-        )?
-        .encode()
+        )?,
+    }
+    .encode()
 }
 
 /// Builds the plugin from scratch in a second target directory and compares

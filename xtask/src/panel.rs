@@ -23,9 +23,9 @@ pub fn build(toolchain: &WasmToolchain) -> Result<PathBuf> {
         toolchain.describe()
     ));
     let target_dir = crate::target_root().join("wasm");
-    run::checked(&mut toolchain.cargo_build(Target::Browser, "guest", &["panel"], &target_dir))?;
+    run::checked(&mut toolchain.cargo_build(Target::Bare, "guest", &["panel"], &target_dir))?;
     let wasm = target_dir
-        .join(Target::Browser.triple())
+        .join(Target::Bare.triple())
         .join("guest")
         .join("panel.wasm");
     let out = bundle_dir();

@@ -20,17 +20,18 @@ use crate::run;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// Guest components: a wasip1 core module adapted to a component.
+    /// Guests that use WASI through the preview1 adapter (the test extension).
     Wasip1,
-    /// The panel's browser bundle.
-    Browser,
+    /// No system interface at all: the panel's browser bundle, and the
+    /// plugin, whose component imports only what its WIT world names.
+    Bare,
 }
 
 impl Target {
     pub fn triple(self) -> &'static str {
         match self {
             Target::Wasip1 => "wasm32-wasip1",
-            Target::Browser => "wasm32-unknown-unknown",
+            Target::Bare => "wasm32-unknown-unknown",
         }
     }
 
@@ -42,7 +43,7 @@ impl Target {
     }
 }
 
-const TARGETS: [Target; 2] = [Target::Wasip1, Target::Browser];
+const TARGETS: [Target; 2] = [Target::Wasip1, Target::Bare];
 
 const DEBIAN_PACKAGES: [&str; 5] = ["rustc-web", "cargo-web", "rust-web-src", "lld", "wasi-libc"];
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";

@@ -2,14 +2,16 @@
 //!
 //! An extension may import the host interfaces of [`crate::WIT_PACKAGE`] that
 //! its manifest's capabilities cover, plus the WASI preview 2 interfaces the
-//! preview1 reactor adapter needs. Sockets, `wasi:http` and anything else are
-//! refused at install time, before the component ever runs.
+//! preview1 reactor adapter needs (a component built without the adapter,
+//! like the analytics plugin, imports fewer). Sockets, `wasi:http` and
+//! anything else are refused at install time, before the component ever runs.
 
 use crate::Manifest;
 
-/// The WASI interfaces (version `0.2.*`) the preview1 adapter may import.
-/// The host provides them with no preopens, no environment and no network.
-pub const ADAPTER_WASI_INTERFACES: [&str; 17] = [
+/// The WASI interfaces (version `0.2.*`) an extension may import: the ones
+/// the preview1 adapter needs. The host provides them with no preopens, no
+/// environment and no network.
+pub const ALLOWED_WASI_INTERFACES: [&str; 17] = [
     "wasi:cli/environment",
     "wasi:cli/exit",
     "wasi:cli/stderr",
@@ -198,7 +200,7 @@ fn check_import(
             ))
         };
     }
-    if ADAPTER_WASI_INTERFACES.contains(&interface) && version.starts_with("0.2.") {
+    if ALLOWED_WASI_INTERFACES.contains(&interface) && version.starts_with("0.2.") {
         return Ok(());
     }
     Err(refuse(
