@@ -18,6 +18,8 @@ pub struct Guest {
     /// [`Target::Bare`]: componentized as is; [`Target::Wasip1`]: with the
     /// preview1 adapter.
     pub target: Target,
+    /// Cargo profile (see the workspace `Cargo.toml`).
+    pub profile: &'static str,
 }
 
 pub const GUESTS: [Guest; 2] = [
@@ -25,11 +27,13 @@ pub const GUESTS: [Guest; 2] = [
         package: "managed-analytics",
         artifact: "managed_analytics",
         target: Target::Bare,
+        profile: "plugin",
     },
     Guest {
         package: "test-extension",
         artifact: "test_extension",
         target: Target::Wasip1,
+        profile: "guest",
     },
 ];
 
@@ -78,15 +82,13 @@ fn build_into(
             .join(", "),
         toolchain.describe()
     ));
-    for target in [Target::Bare, Target::Wasip1] {
-        let packages: Vec<&str> = guests
-            .iter()
-            .filter(|g| g.target == target)
-            .map(|g| g.package)
-            .collect();
-        if !packages.is_empty() {
-            run::checked(&mut toolchain.cargo_build(target, "guest", &packages, target_dir))?;
-        }
+    for guest in guests {
+        run::checked(&mut toolchain.cargo_build(
+            guest.target,
+            guest.profile,
+            &[guest.package],
+            target_dir,
+        ))?;
     }
     std::fs::create_dir_all(out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
@@ -94,7 +96,7 @@ fn build_into(
     for guest in guests {
         let module_path = target_dir
             .join(guest.target.triple())
-            .join("guest")
+            .join(guest.profile)
             .join(format!("{}.wasm", guest.artifact));
         let module = std::fs::read(&module_path).with_context(|| {
             format!(
