@@ -29,10 +29,24 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-/// `YYYY-MM-DD` of a day number.
+/// `YYYY-MM-DD` of a day number. Written digit by digit: the daily series
+/// formats one per day, and `core::fmt` is slow in the component.
 pub fn format_day(days: i64) -> String {
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}")
+    let Ok(year) = u32::try_from(y) else {
+        return format!("{y:04}-{m:02}-{d:02}");
+    };
+    if year > 9999 {
+        return format!("{y:04}-{m:02}-{d:02}");
+    }
+    let digit = |n: u32| char::from(b'0' + (n % 10) as u8);
+    let mut text = String::with_capacity(10);
+    text.extend([year / 1000, year / 100, year / 10, year].map(digit));
+    text.push('-');
+    text.extend([m / 10, m].map(digit));
+    text.push('-');
+    text.extend([d / 10, d].map(digit));
+    text
 }
 
 /// The UTC day a Unix-milliseconds instant falls on.
@@ -137,6 +151,19 @@ mod tests {
         assert_eq!(format_day(0), "1970-01-01");
         assert_eq!(format_day(10_957), "2000-01-01");
         assert_eq!(format_day(days_from_civil(2024, 2, 29)), "2024-02-29");
+        for (y, m, d) in [
+            (0, 1, 1),
+            (7, 3, 9),
+            (999, 12, 31),
+            (9999, 12, 31),
+            (10000, 1, 1),
+            (-1, 6, 15),
+        ] {
+            assert_eq!(
+                format_day(days_from_civil(y, m, d)),
+                format!("{y:04}-{m:02}-{d:02}")
+            );
+        }
     }
 
     #[test]
