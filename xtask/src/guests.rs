@@ -86,7 +86,7 @@ fn build_into(
         run::checked(&mut toolchain.cargo_build(
             guest.target,
             guest.profile,
-            &[guest.package],
+            guest.package,
             target_dir,
         ))?;
     }
@@ -94,10 +94,9 @@ fn build_into(
         .with_context(|| format!("cannot create {}", out_dir.display()))?;
     let mut written = Vec::new();
     for guest in guests {
-        let module_path = target_dir
-            .join(guest.target.triple())
-            .join(guest.profile)
-            .join(format!("{}.wasm", guest.artifact));
+        let module_path = guest
+            .target
+            .artifact(target_dir, guest.profile, guest.artifact);
         let module = std::fs::read(&module_path).with_context(|| {
             format!(
                 "cargo built no {} (is `{}` a cdylib?)",

@@ -23,11 +23,8 @@ pub fn build(toolchain: &WasmToolchain) -> Result<PathBuf> {
         toolchain.describe()
     ));
     let target_dir = crate::target_root().join("wasm");
-    run::checked(&mut toolchain.cargo_build(Target::Bare, "guest", &["panel"], &target_dir))?;
-    let wasm = target_dir
-        .join(Target::Bare.triple())
-        .join("guest")
-        .join("panel.wasm");
+    run::checked(&mut toolchain.cargo_build(Target::Bare, "guest", "panel", &target_dir))?;
+    let wasm = Target::Bare.artifact(&target_dir, "guest", "panel");
     let out = bundle_dir();
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;

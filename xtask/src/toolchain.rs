@@ -35,6 +35,15 @@ impl Target {
         }
     }
 
+    /// Where cargo writes `<stem>.wasm` when it builds for this target with
+    /// `profile` into `target_dir`.
+    pub fn artifact(self, target_dir: &Path, profile: &str, stem: &str) -> PathBuf {
+        target_dir
+            .join(self.triple())
+            .join(profile)
+            .join(format!("{stem}.wasm"))
+    }
+
     fn env_prefix(self) -> String {
         format!(
             "CARGO_TARGET_{}",
@@ -142,14 +151,14 @@ impl WasmToolchain {
         }
     }
 
-    /// A `cargo build` of `packages` for `target` with `profile`, writing to
+    /// A `cargo build` of `package` for `target` with `profile`, writing to
     /// `target_dir`, with flags that make the output independent of where the
     /// workspace and the registry live (reproducible digests).
     pub fn cargo_build(
         &self,
         target: Target,
         profile: &str,
-        packages: &[&str],
+        package: &str,
         target_dir: &Path,
     ) -> Command {
         let root = crate::workspace_root();
@@ -165,12 +174,11 @@ impl WasmToolchain {
                 target.triple(),
                 "--profile",
                 profile,
+                "--package",
+                package,
             ])
             .arg("--target-dir")
             .arg(target_dir);
-        for p in packages {
-            cmd.args(["--package", p]);
-        }
         let mut rustflags = remap_flags(root);
         let prefix = target.env_prefix();
         if let Kind::Debian = self.kind {
