@@ -5,8 +5,8 @@
 const STACK_SIZE: u64 = 256 << 10;
 
 /// Initial linear memory of the component: the stack and data (~170 KB)
-/// first, then free space that wasi-libc's allocator uses before it grows
-/// memory. An invocation that fits in it never calls `memory.grow`, and
+/// first, then free space that the allocator (`src/heap.rs`) uses before it
+/// grows memory. An invocation that fits in it never calls `memory.grow`, and
 /// the host's pooled memory slot keeps the same accessible size from one
 /// instance to the next (no `mprotect` per invocation). Small on purpose:
 /// the host resets an instance's memory by scanning every accessible page

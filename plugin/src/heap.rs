@@ -31,8 +31,6 @@ struct InitialThenGrow {
 
 // SAFETY (for every `unsafe impl` below): the component is single-threaded;
 // wasm32 without the atomics feature has no threads.
-unsafe impl Send for InitialThenGrow {}
-
 unsafe impl Allocator for InitialThenGrow {
     fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
         if !self.initial_taken.replace(true) {
