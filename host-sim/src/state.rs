@@ -773,10 +773,8 @@ impl State {
 
     /// Every secret of a project, for redacting guest output.
     pub(crate) fn project_secrets(&self, project_id: &str) -> Result<Vec<Secret>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached("SELECT secret FROM bindings WHERE project_id = ?1")?;
-        let rows = stmt.query_map([project_id], |r| Ok(Secret::new(r.get::<_, String>(0)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let bindings = project_bindings(&self.conn(), project_id)?;
+        Ok(bindings.into_iter().map(|binding| binding.secret).collect())
     }
 
     /// Bindings without secrets.
