@@ -274,7 +274,7 @@ impl Host {
                         ),
                     });
                 }
-                let output = data.redact(&output);
+                let output = data.redact(output);
                 let value: Value = serde_json::from_str(&output).map_err(|_| {
                     InvokeError::Internal("the extension answered with invalid JSON".into())
                 })?;
@@ -299,7 +299,7 @@ impl Host {
                 } else {
                     "internal".to_string()
                 };
-                let mut message = data.redact(&error.message);
+                let mut message = data.redact(error.message);
                 if message.len() > 2000 {
                     let mut cut = 2000;
                     while !message.is_char_boundary(cut) {

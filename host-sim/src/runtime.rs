@@ -388,7 +388,7 @@ impl InvocationState {
 
     /// `text` with every binding secret of the project redacted. If the
     /// secrets cannot be read, the text is withheld (fail closed).
-    pub(crate) fn redact(&mut self, text: &str) -> String {
+    pub(crate) fn redact(&mut self, text: String) -> String {
         if self.secrets.is_none() {
             match self.state.project_secrets(&self.scope.project_id) {
                 Ok(secrets) => self.secrets = Some(secrets),
@@ -412,7 +412,7 @@ impl InvocationState {
                 continue;
             }
             let text = String::from_utf8_lossy(&bytes).into_owned();
-            let text = self.redact(&text);
+            let text = self.redact(text);
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 tracing::info!(
                     target: "host_sim::guest",

@@ -1,7 +1,6 @@
 //! Binding secrets: a type that never prints itself, and the redaction that
 //! every byte from a provider and every guest log line passes through.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -16,8 +15,9 @@ pub struct Secret(Arc<SecretInner>);
 
 struct SecretInner {
     value: String,
-    /// The forms redaction looks for, longest first.
-    needles: Vec<String>,
+    /// The forms redaction looks for, longest first, each with its
+    /// searcher built once (building one costs more than a short search).
+    needles: Vec<memmem::Finder<'static>>,
 }
 
 impl PartialEq for Secret {
@@ -53,29 +53,32 @@ impl fmt::Debug for Secret {
 }
 
 /// Replaces every occurrence of any of `secrets` (and of their JSON-escaped
-/// form) in `bytes` with [`REDACTED`].
-pub fn redact_bytes(bytes: &[u8], secrets: &[Secret]) -> Vec<u8> {
-    let mut out = Cow::Borrowed(bytes);
+/// form) in `bytes` with [`REDACTED`]; what holds none comes back as it was,
+/// uncopied.
+pub fn redact_bytes(bytes: Vec<u8>, secrets: &[Secret]) -> Vec<u8> {
+    let mut out = bytes;
     for needle in secrets.iter().flat_map(|s| &s.0.needles) {
-        if memmem::find(&out, needle.as_bytes()).is_some() {
-            out = Cow::Owned(replace_all(&out, needle.as_bytes(), REDACTED.as_bytes()));
+        if needle.find(&out).is_some() {
+            out = replace_all(&out, needle, REDACTED.as_bytes());
         }
     }
-    out.into_owned()
+    out
 }
 
 /// [`redact_bytes`] for text.
-pub fn redact_str(text: &str, secrets: &[Secret]) -> String {
-    let mut out = Cow::Borrowed(text);
-    for needle in secrets.iter().flat_map(|s| &s.0.needles) {
-        if memmem::find(out.as_bytes(), needle.as_bytes()).is_some() {
-            out = Cow::Owned(out.replace(needle.as_str(), REDACTED));
-        }
+pub fn redact_str(text: String, secrets: &[Secret]) -> String {
+    let found = secrets
+        .iter()
+        .flat_map(|s| &s.0.needles)
+        .any(|needle| needle.find(text.as_bytes()).is_some());
+    if !found {
+        return text;
     }
-    out.into_owned()
+    // A UTF-8 needle only matches whole characters, so nothing is lost.
+    String::from_utf8_lossy(&redact_bytes(text.into_bytes(), secrets)).into_owned()
 }
 
-fn needles(raw: &str) -> Vec<String> {
+fn needles(raw: &str) -> Vec<memmem::Finder<'static>> {
     if raw.is_empty() {
         return Vec::new();
     }
@@ -94,19 +97,23 @@ fn needles(raw: &str) -> Vec<String> {
     // Longest first, so a shorter form never splits a longer occurrence.
     needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
     needles
+        .iter()
+        .map(|needle| memmem::Finder::new(needle).into_owned())
+        .collect()
 }
 
-fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+fn replace_all(haystack: &[u8], needle: &memmem::Finder<'_>, with: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(haystack.len());
     let mut rest = 0;
-    for at in memmem::find_iter(haystack, needle) {
+    let length = needle.needle().len();
+    for at in needle.find_iter(haystack) {
         // Occurrences overlapping one already replaced are skipped.
         if at < rest {
             continue;
         }
         out.extend_from_slice(&haystack[rest..at]);
         out.extend_from_slice(with);
-        rest = at + needle.len();
+        rest = at + length;
     }
     out.extend_from_slice(&haystack[rest..]);
     out
@@ -126,23 +133,30 @@ mod tests {
     fn redacts_raw_and_json_escaped_occurrences() {
         let secrets = [Secret::new("a/b\"c")];
         let body = br#"{"token":"a\/b\"c","raw":"a/b"c"}"#;
-        let out = String::from_utf8(redact_bytes(body, &secrets)).unwrap();
+        let out = String::from_utf8(redact_bytes(body.to_vec(), &secrets)).unwrap();
         assert!(!out.contains("a\\/b"), "{out}");
         assert_eq!(out.matches(REDACTED).count(), 2, "{out}");
-        assert_eq!(redact_str("x a/b\"c y", &secrets), "x [redacted] y");
+        assert_eq!(redact_str("x a/b\"c y".into(), &secrets), "x [redacted] y");
     }
 
     #[test]
     fn every_occurrence_goes_leftmost_first_and_clones_compare_by_value() {
         let secrets = [Secret::new("aa")];
-        assert_eq!(redact_bytes(b"aaa-aa", &secrets), b"[redacted]a-[redacted]");
-        assert_eq!(redact_str("aaa-aa", &secrets), "[redacted]a-[redacted]");
-        assert_eq!(redact_bytes(b"no match", &secrets), b"no match");
+        assert_eq!(
+            redact_bytes(b"aaa-aa".to_vec(), &secrets),
+            b"[redacted]a-[redacted]"
+        );
+        assert_eq!(
+            redact_str("aaa-aa".into(), &secrets),
+            "[redacted]a-[redacted]"
+        );
+        assert_eq!(redact_str("é aa é".into(), &secrets), "é [redacted] é");
+        assert_eq!(redact_bytes(b"no match".to_vec(), &secrets), b"no match");
         assert_eq!(secrets[0].clone(), Secret::new("aa"));
     }
 
     #[test]
     fn empty_secret_changes_nothing() {
-        assert_eq!(redact_bytes(b"abc", &[Secret::new("")]), b"abc");
+        assert_eq!(redact_bytes(b"abc".to_vec(), &[Secret::new("")]), b"abc");
     }
 }

@@ -29,7 +29,7 @@ impl context::Host for InvocationState {
 impl log::Host for InvocationState {
     fn write(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         self.charge_host_call()?;
-        let mut message = self.redact(&message);
+        let mut message = self.redact(message);
         if message.len() > MAX_LOG_LINE {
             let mut cut = MAX_LOG_LINE;
             while !message.is_char_boundary(cut) {

@@ -183,7 +183,7 @@ impl documents::Host for InvocationState {
             )));
         }
         // Defence in depth: a secret never lands in a stored document.
-        let body = self.redact(&body);
+        let body = self.redact(body);
         Ok(
             match self.state.put_document(
                 access.scope(),

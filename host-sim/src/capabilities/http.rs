@@ -41,8 +41,9 @@ const REFUSED_REQUEST_HEADERS: &[&str] = &[
 ];
 
 /// Response headers that could carry credentials; never shown to a guest.
-fn is_credential_header(name: &str, auth_header: &str) -> bool {
-    let name = name.to_ascii_lowercase();
+/// (A `HeaderName` is lowercase by construction.)
+fn is_credential_header(name: &HeaderName, auth_header: &str) -> bool {
+    let name = name.as_str();
     name == "set-cookie"
         || name == "set-cookie2"
         || name == "cookie"
@@ -279,6 +280,7 @@ pub(crate) fn send(
     }
     let auth_header = call.binding.auth_style.header();
     let secret = &call.binding.secret;
+    let secrets = std::slice::from_ref(secret);
     let auth_value = match call.binding.auth_style {
         AuthStyle::Bearer => format!("Bearer {}", secret.expose()),
         AuthStyle::UmamiApiKey => secret.expose().to_string(),
@@ -318,10 +320,10 @@ pub(crate) fn send(
         let headers: Vec<(String, String)> = response
             .headers()
             .iter()
-            .filter(|(name, _)| !is_credential_header(name.as_str(), auth_header))
+            .filter(|(name, _)| !is_credential_header(name, auth_header))
             .map(|(name, value)| {
-                let value = String::from_utf8_lossy(value.as_bytes());
-                (name.as_str().to_string(), value.into_owned())
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.as_str().to_string(), redact_str(value, secrets))
             })
             .collect();
         let body = read_body(response, call.max_bytes).await?;
@@ -358,12 +360,7 @@ pub(crate) fn send(
             ))));
         }
     };
-    let secrets = std::slice::from_ref(secret);
-    let headers: Vec<(String, String)> = headers
-        .into_iter()
-        .map(|(name, value)| (name, redact_str(&value, secrets)))
-        .collect();
-    let body = redact_bytes(&body, secrets);
+    let body = redact_bytes(body, secrets);
     tracing::info!(
         request_id,
         binding = %name,
@@ -656,9 +653,17 @@ mod tests {
             "authorization",
             "x-umami-api-key",
         ] {
-            assert!(is_credential_header(h, "authorization"), "{h}");
+            let name = HeaderName::from_bytes(h.as_bytes()).unwrap();
+            assert!(is_credential_header(&name, "authorization"), "{h}");
         }
-        assert!(is_credential_header("x-custom-auth", "x-custom-auth"));
-        assert!(!is_credential_header("content-type", "authorization"));
+        let name = |n: &'static str| HeaderName::from_static(n);
+        assert!(is_credential_header(
+            &name("x-custom-auth"),
+            "x-custom-auth"
+        ));
+        assert!(!is_credential_header(
+            &name("content-type"),
+            "authorization"
+        ));
     }
 }
