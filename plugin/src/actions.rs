@@ -70,21 +70,26 @@ fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
+const NOT_AN_OBJECT: &str = "input: must be a JSON object";
+
 fn parse_object(input: &str, allowed: &[&str]) -> Result<Map<String, Value>, ActionError> {
     let Ok(Value::Object(object)) = serde_json::from_str::<Value>(input) else {
-        return Err(ActionError::invalid_input("input: must be a JSON object"));
+        return Err(ActionError::invalid_input(NOT_AN_OBJECT));
     };
     if let Some(unknown) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
-        let expected = if allowed.is_empty() {
-            "this action takes no fields".to_owned()
-        } else {
-            format!("allowed fields are {}", allowed.join(", "))
-        };
-        return Err(ActionError::invalid_input(format!(
-            "{unknown}: unknown field; {expected}"
-        )));
+        return Err(unknown_field(unknown, allowed));
     }
     Ok(object)
+}
+
+/// The error for a field an action does not take.
+fn unknown_field(unknown: &str, allowed: &[&str]) -> ActionError {
+    let expected = if allowed.is_empty() {
+        "this action takes no fields".to_owned()
+    } else {
+        format!("allowed fields are {}", allowed.join(", "))
+    };
+    ActionError::invalid_input(format!("{unknown}: unknown field; {expected}"))
 }
 
 fn required_string(object: &Map<String, Value>, key: &str) -> Result<String, ActionError> {
@@ -93,20 +98,6 @@ fn required_string(object: &Map<String, Value>, key: &str) -> Result<String, Act
         Some(Value::String(s)) => Ok(s.clone()),
         Some(_) => Err(ActionError::invalid_input(format!(
             "{key}: must be a string"
-        ))),
-    }
-}
-
-fn required_ms(object: &Map<String, Value>, key: &str) -> Result<i64, ActionError> {
-    match object.get(key) {
-        None | Some(Value::Null) => Err(ActionError::invalid_input(format!("{key}: is required"))),
-        Some(Value::Number(n)) => n.as_i64().ok_or_else(|| {
-            ActionError::invalid_input(format!(
-                "{key}: must be an integer number of Unix milliseconds"
-            ))
-        }),
-        Some(_) => Err(ActionError::invalid_input(format!(
-            "{key}: must be an integer number of Unix milliseconds"
         ))),
     }
 }
@@ -138,20 +129,31 @@ pub struct StatsInput {
 }
 
 impl StatsInput {
+    /// The fields `analytics.stats` takes.
+    pub const FIELDS: &[&str] = &["start_at", "end_at", "unit"];
+
+    /// Reads the input straight into its fields (every stats call runs
+    /// this, so no JSON tree is built); the errors and their order are
+    /// those of the other actions' `parse_object` reading.
     pub fn parse(input: &str) -> Result<Self, ActionError> {
-        let object = parse_object(input, &["start_at", "end_at", "unit"])?;
-        let daily = match object.get("unit") {
-            None | Some(Value::Null) => false,
-            Some(Value::String(unit)) if unit == "day" => true,
-            Some(_) => {
+        let Ok(fields) = serde_json::from_str::<StatsFields>(input) else {
+            return Err(ActionError::invalid_input(NOT_AN_OBJECT));
+        };
+        if let Some(unknown) = &fields.unknown {
+            return Err(unknown_field(unknown, Self::FIELDS));
+        }
+        let daily = match fields.unit {
+            InputField::Absent | InputField::Null => false,
+            InputField::Day => true,
+            _ => {
                 return Err(ActionError::invalid_input(
                     "unit: must be \"day\" (or left out)",
                 ));
             }
         };
         Ok(Self {
-            start_at: required_ms(&object, "start_at")?,
-            end_at: required_ms(&object, "end_at")?,
+            start_at: fields.start_at.ms("start_at")?,
+            end_at: fields.end_at.ms("end_at")?,
             daily,
         })
     }
@@ -180,6 +182,168 @@ impl StatsInput {
             ));
         }
         Ok(())
+    }
+}
+
+/// One field of the stats input as read, before its rule applies.
+#[derive(Default)]
+enum InputField {
+    #[default]
+    Absent,
+    Null,
+    /// A JSON integer that fits in an `i64`.
+    Integer(i64),
+    /// The string `"day"`.
+    Day,
+    /// Anything else.
+    Other,
+}
+
+impl InputField {
+    /// The value of a required Unix-milliseconds field.
+    fn ms(self, key: &str) -> Result<i64, ActionError> {
+        match self {
+            InputField::Integer(ms) => Ok(ms),
+            InputField::Absent | InputField::Null => {
+                Err(ActionError::invalid_input(format!("{key}: is required")))
+            }
+            _ => Err(ActionError::invalid_input(format!(
+                "{key}: must be an integer number of Unix milliseconds"
+            ))),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for InputField {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(InputFieldVisitor)
+    }
+}
+
+struct InputFieldVisitor;
+
+impl<'de> serde::de::Visitor<'de> for InputFieldVisitor {
+    type Value = InputField;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<InputField, E> {
+        Ok(InputField::Integer(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<InputField, E> {
+        Ok(i64::try_from(v).map_or(InputField::Other, InputField::Integer))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<InputField, E> {
+        Ok(InputField::Other)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<InputField, E> {
+        Ok(InputField::Other)
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<InputField, E> {
+        Ok(if v == "day" {
+            InputField::Day
+        } else {
+            InputField::Other
+        })
+    }
+
+    fn visit_unit<E>(self) -> Result<InputField, E> {
+        Ok(InputField::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<InputField, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(InputField::Other)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<InputField, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(InputField::Other)
+    }
+}
+
+/// The stats input as read: a key sent twice keeps its last value, and of
+/// the unknown keys the first in sorted order is kept (as a JSON object
+/// read into a sorted map would report it).
+#[derive(Default)]
+struct StatsFields {
+    start_at: InputField,
+    end_at: InputField,
+    unit: InputField,
+    unknown: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for StatsFields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(StatsFieldsVisitor)
+    }
+}
+
+struct StatsFieldsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StatsFieldsVisitor {
+    type Value = StatsFields;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<StatsFields, A::Error> {
+        let mut fields = StatsFields::default();
+        while let Some(key) = map.next_key::<StatsKey>()? {
+            let slot = match key {
+                StatsKey::StartAt => &mut fields.start_at,
+                StatsKey::EndAt => &mut fields.end_at,
+                StatsKey::Unit => &mut fields.unit,
+                StatsKey::Unknown(key) => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if fields.unknown.as_ref().is_none_or(|first| key < *first) {
+                        fields.unknown = Some(key);
+                    }
+                    continue;
+                }
+            };
+            *slot = map.next_value()?;
+        }
+        Ok(fields)
+    }
+}
+
+/// A key of the stats input; only an unknown one is copied.
+enum StatsKey {
+    StartAt,
+    EndAt,
+    Unit,
+    Unknown(String),
+}
+
+impl<'de> Deserialize<'de> for StatsKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = StatsKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<StatsKey, E> {
+                Ok(match v {
+                    "start_at" => StatsKey::StartAt,
+                    "end_at" => StatsKey::EndAt,
+                    "unit" => StatsKey::Unit,
+                    other => StatsKey::Unknown(other.to_owned()),
+                })
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
     }
 }
 
@@ -591,6 +755,106 @@ mod tests {
         ] {
             let err = Origins::from_settings(&settings(Some(bad), None)).unwrap_err();
             assert_eq!(err.code, ErrorCode::ProviderUnavailable, "{bad:?}");
+        }
+    }
+
+    /// The stats input read as a JSON tree, the way the other actions read
+    /// theirs: the oracle of the typed reader.
+    fn parse_stats_as_tree(input: &str) -> Result<StatsInput, ActionError> {
+        let object = parse_object(input, StatsInput::FIELDS)?;
+        let daily = match object.get("unit") {
+            None | Some(Value::Null) => false,
+            Some(Value::String(unit)) if unit == "day" => true,
+            Some(_) => {
+                return Err(ActionError::invalid_input(
+                    "unit: must be \"day\" (or left out)",
+                ));
+            }
+        };
+        let ms = |key: &str| match object.get(key) {
+            None | Some(Value::Null) => {
+                Err(ActionError::invalid_input(format!("{key}: is required")))
+            }
+            Some(value) => value.as_i64().ok_or_else(|| {
+                ActionError::invalid_input(format!(
+                    "{key}: must be an integer number of Unix milliseconds"
+                ))
+            }),
+        };
+        Ok(StatsInput {
+            start_at: ms("start_at")?,
+            end_at: ms("end_at")?,
+            daily,
+        })
+    }
+
+    fn outcome(result: Result<StatsInput, ActionError>) -> Result<StatsInput, (ErrorCode, String)> {
+        result.map_err(|e| (e.code, e.message))
+    }
+
+    #[test]
+    fn the_typed_stats_reader_agrees_with_the_tree_reader_on_odd_inputs() {
+        for input in [
+            r#"{"start_at":1,"end_at":2}"#,
+            r#"{"start_at":1,"end_at":2,"unit":"day"}"#,
+            r#"{"start_at":1,"end_at":2,"unit":null}"#,
+            r#"{"start_at":1,"end_at":2,"unit":"week"}"#,
+            r#"{"start_at":1,"end_at":2,"unit":1}"#,
+            r#"{"start_at":1.5,"end_at":2}"#,
+            r#"{"start_at":1e3,"end_at":2}"#,
+            r#"{"start_at":9223372036854775808,"end_at":2}"#,
+            r#"{"start_at":-9223372036854775808,"end_at":2}"#,
+            r#"{"start_at":"1","end_at":2}"#,
+            r#"{"start_at":[1],"end_at":{"a":1}}"#,
+            r#"{"start_at":null}"#,
+            r#"{"end_at":1}"#,
+            r#"{"start_at":1,"start_at":"x","end_at":2}"#,
+            r#"{"start_at":"x","start_at":1,"end_at":2}"#,
+            r#"{"zz":1,"aa":2,"start_at":1}"#,
+            r#"{"unit":"bad","b":1,"aé":2,"a":3}"#,
+            r#"{"start_at":5,"end_at":6}"#,
+            "{}",
+            "[]",
+            "null",
+            "\"day\"",
+            "",
+            "{",
+            r#"{"start_at":1,"end_at":2} x"#,
+        ] {
+            assert_eq!(
+                outcome(StatsInput::parse(input)),
+                outcome(parse_stats_as_tree(input)),
+                "{input}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// Objects of known, unknown and repeated keys with values of every
+        /// kind read the same both ways.
+        #[test]
+        fn the_typed_stats_reader_agrees_with_the_tree_reader(
+            entries in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec!["start_at", "end_at", "unit", "aa", "zz", "b\\u00e9", "start_\\u0061t"]),
+                    proptest::sample::select(vec![
+                        "null", "0", "-1", "1795262400000", "9223372036854775807",
+                        "9223372036854775808", "1.0", "2e3", "\"day\"", "\"d\\u0061y\"",
+                        "\"x\"", "true", "[]", "[1,{}]", "{}", "{\"a\":[null]}",
+                    ]),
+                ),
+                0..6,
+            )
+        ) {
+            let body: Vec<String> = entries.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let input = format!("{{{}}}", body.join(","));
+            proptest::prop_assert_eq!(
+                outcome(StatsInput::parse(&input)),
+                outcome(parse_stats_as_tree(&input)),
+                "{}", input
+            );
         }
     }
 
