@@ -168,6 +168,28 @@ pub fn parse_website(body: &[u8]) -> Result<Option<RemoteWebsite>, &'static str>
     }
 }
 
+/// `/api/websites/{id}{suffix}`, written without `core::fmt` (every stats
+/// call builds two).
+fn website_path(id: Uuid, suffix: &str) -> String {
+    let mut path = String::with_capacity(50 + suffix.len());
+    path.push_str("/api/websites/");
+    path.push_str(id.hyphenated().encode_lower(&mut Uuid::encode_buffer()));
+    path.push_str(suffix);
+    path
+}
+
+/// `startAt={start_at}&endAt={end_at}{rest}`, likewise.
+fn range_query(start_at: i64, end_at: i64, rest: &str) -> String {
+    let mut digits = itoa::Buffer::new();
+    let mut query = String::with_capacity(48 + rest.len());
+    query.push_str("startAt=");
+    query.push_str(digits.format(start_at));
+    query.push_str("&endAt=");
+    query.push_str(digits.format(end_at));
+    query.push_str(rest);
+    query
+}
+
 /// The provider behind the host's `provider` binding.
 pub struct Provider<'h, H: Host + ?Sized> {
     host: &'h H,
@@ -215,7 +237,7 @@ impl<'h, H: Host + ?Sized> Provider<'h, H> {
 
     /// Reads a website; `None` when the provider does not have it.
     pub fn find_website(&self, id: Uuid) -> Result<Option<RemoteWebsite>, ActionError> {
-        let path = format!("/api/websites/{id}");
+        let path = website_path(id, "");
         let response = self.send("GET", &path, None, None)?;
         match response.status {
             200 => parse_website(&response.body).map_err(|what| unusable("GET", &path, what)),
@@ -257,7 +279,7 @@ impl<'h, H: Host + ?Sized> Provider<'h, H> {
 
     /// Sets a website's name and domain.
     pub fn update_website(&self, id: Uuid, name: &str, domain: &str) -> Result<(), ActionError> {
-        let path = format!("/api/websites/{id}");
+        let path = website_path(id, "");
         let response = self.send(
             "POST",
             &path,
@@ -278,8 +300,8 @@ impl<'h, H: Host + ?Sized> Provider<'h, H> {
 
     /// Totals of `[start_at, end_at)`.
     pub fn stats(&self, id: Uuid, start_at: i64, end_at: i64) -> Result<Totals, ActionError> {
-        let path = format!("/api/websites/{id}/stats");
-        let query = format!("startAt={start_at}&endAt={end_at}");
+        let path = website_path(id, "/stats");
+        let query = range_query(start_at, end_at, "");
         let response = self.send("GET", &path, Some(query), None)?;
         match response.status {
             200 => parse_stats(&response.body).map_err(|what| unusable("GET", &path, what)),
@@ -294,8 +316,8 @@ impl<'h, H: Host + ?Sized> Provider<'h, H> {
         start_at: i64,
         end_at: i64,
     ) -> Result<BTreeMap<i64, DayCounts>, ActionError> {
-        let path = format!("/api/websites/{id}/pageviews");
-        let query = format!("startAt={start_at}&endAt={end_at}&unit=day&timezone=UTC");
+        let path = website_path(id, "/pageviews");
+        let query = range_query(start_at, end_at, "&unit=day&timezone=UTC");
         let response = self.send("GET", &path, Some(query), None)?;
         match response.status {
             200 => parse_daily(&response.body).map_err(|what| unusable("GET", &path, what)),
@@ -376,6 +398,23 @@ mod tests {
     }
 
     const ID: Uuid = Uuid::from_u128(0x1234_5678_9abc_5def_8123_4567_89ab_cdef);
+
+    #[test]
+    fn paths_and_queries_match_their_formatted_forms() {
+        let id = Uuid::from_u128(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
+        for suffix in ["", "/stats", "/pageviews"] {
+            assert_eq!(
+                website_path(id, suffix),
+                format!("/api/websites/{id}{suffix}")
+            );
+        }
+        for (start, end) in [(0, 1), (-1, i64::MAX), (i64::MIN, 1_795_262_400_000)] {
+            assert_eq!(
+                range_query(start, end, "&unit=day"),
+                format!("startAt={start}&endAt={end}&unit=day")
+            );
+        }
+    }
 
     #[test]
     fn a_duplicate_create_converges_on_the_existing_website() {
