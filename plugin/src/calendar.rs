@@ -56,13 +56,16 @@ pub fn day_of_ms(ms: i64) -> i64 {
 
 /// A non-empty run of ASCII digits as a number (`None` past `i64`).
 fn digits(bytes: &[u8]) -> Option<i64> {
-    if bytes.is_empty() {
+    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
         return None;
     }
+    let value = |n: i64, &b: &u8| i64::from(b - b'0') + n * 10;
+    if bytes.len() <= 18 {
+        // Eighteen digits always fit: no overflow checks, which on wasm32
+        // cost a call to a 128-bit multiply per digit.
+        return Some(bytes.iter().fold(0, value));
+    }
     bytes.iter().try_fold(0i64, |n, &b| {
-        if !b.is_ascii_digit() {
-            return None;
-        }
         n.checked_mul(10)?.checked_add(i64::from(b - b'0'))
     })
 }
@@ -164,6 +167,21 @@ mod tests {
                 format!("{y:04}-{m:02}-{d:02}")
             );
         }
+    }
+
+    #[test]
+    fn digit_runs_of_any_length_read_up_to_the_i64_limit() {
+        assert_eq!(digits(b""), None);
+        assert_eq!(digits(b"12a"), None);
+        assert_eq!(digits(b"007"), Some(7));
+        assert_eq!(
+            digits("9".repeat(18).as_bytes()),
+            Some(999_999_999_999_999_999)
+        );
+        assert_eq!(digits(format!("{}5", "0".repeat(40)).as_bytes()), Some(5));
+        assert_eq!(digits(i64::MAX.to_string().as_bytes()), Some(i64::MAX));
+        assert_eq!(digits(b"9223372036854775808"), None);
+        assert_eq!(digits("9".repeat(19).as_bytes()), None);
     }
 
     #[test]

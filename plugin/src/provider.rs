@@ -136,19 +136,24 @@ pub fn parse_stats(body: &[u8]) -> Result<Totals, &'static str> {
 pub fn parse_daily(body: &[u8]) -> Result<BTreeMap<i64, DayCounts>, &'static str> {
     let answer: answers::DailyAnswer = answers::object(body)?;
     let mut days: BTreeMap<i64, DayCounts> = BTreeMap::new();
-    let mut add = |points: Vec<answers::Point>,
-                   into: fn(&mut DayCounts) -> &mut u64|
-     -> Result<(), &'static str> {
+    // `visitors` picks the field (a plain branch: a function pointer here
+    // is an indirect call, which a fresh instance resolves through the host).
+    let mut add = |points: Vec<answers::Point>, visitors: bool| -> Result<(), &'static str> {
         for point in points {
             let day = point.day?;
             let y = point.count?.unwrap_or(0);
-            let slot = into(days.entry(day).or_default());
+            let counts = days.entry(day).or_default();
+            let slot = if visitors {
+                &mut counts.visitors
+            } else {
+                &mut counts.pageviews
+            };
             *slot = slot.saturating_add(y);
         }
         Ok(())
     };
-    add(answer.pageviews.points(false)?, |d| &mut d.pageviews)?;
-    add(answer.sessions.points(true)?, |d| &mut d.visitors)?;
+    add(answer.pageviews.points(false)?, false)?;
+    add(answer.sessions.points(true)?, true)?;
     Ok(days)
 }
 
