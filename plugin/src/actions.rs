@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use crate::answers;
 use crate::calendar::{self, DAY_MS};
 use crate::domain::{normalize_domain, normalize_name};
 use crate::error::{ActionError, ErrorCode};
@@ -257,16 +258,13 @@ impl<'de> serde::de::Visitor<'de> for InputFieldVisitor {
         Ok(InputField::Null)
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<InputField, A::Error> {
-        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<InputField, A::Error> {
+        answers::drain_seq(seq)?;
         Ok(InputField::Other)
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<InputField, A::Error> {
-        while map
-            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-            .is_some()
-        {}
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<InputField, A::Error> {
+        answers::drain_map(map)?;
         Ok(InputField::Other)
     }
 }
