@@ -93,9 +93,14 @@ fn unknown_field(unknown: &str, allowed: &[&str]) -> ActionError {
     ActionError::invalid_input(format!("{unknown}: unknown field; {expected}"))
 }
 
+/// The error for a required field that is absent or `null`.
+fn missing(key: &str) -> ActionError {
+    ActionError::invalid_input(format!("{key}: is required"))
+}
+
 fn required_string(object: &Map<String, Value>, key: &str) -> Result<String, ActionError> {
     match object.get(key) {
-        None | Some(Value::Null) => Err(ActionError::invalid_input(format!("{key}: is required"))),
+        None | Some(Value::Null) => Err(missing(key)),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(_) => Err(ActionError::invalid_input(format!(
             "{key}: must be a string"
@@ -205,9 +210,7 @@ impl InputField {
     fn ms(self, key: &str) -> Result<i64, ActionError> {
         match self {
             InputField::Integer(ms) => Ok(ms),
-            InputField::Absent | InputField::Null => {
-                Err(ActionError::invalid_input(format!("{key}: is required")))
-            }
+            InputField::Absent | InputField::Null => Err(missing(key)),
             _ => Err(ActionError::invalid_input(format!(
                 "{key}: must be an integer number of Unix milliseconds"
             ))),
