@@ -12,6 +12,7 @@ use wasmtime::component::{Component, Linker};
 
 use crate::bindings::ManagedExtensionPre;
 use crate::capabilities::http::{check_origin, client};
+use crate::housekeeping::Housekeeping;
 use crate::install::InstallError;
 use crate::runtime::{self, EpochTicker, InvocationState, SandboxLimits};
 use crate::secret::Secret;
@@ -106,6 +107,8 @@ pub struct Host {
     pub(crate) trust_dir: PathBuf,
     pub(crate) releases: RwLock<HashMap<String, Arc<LoadedRelease>>>,
     pub(crate) instances: Mutex<HashMap<PreKey, ManagedExtensionPre<InvocationState>>>,
+    /// Store teardown and preparation, done while invocations wait.
+    pub(crate) housekeeping: Arc<Housekeeping>,
     _ticker: EpochTicker,
 }
 
@@ -120,17 +123,31 @@ impl Host {
         let linker = runtime::linker(&engine).map_err(|e| HostError::Runtime(e.to_string()))?;
         let ticker = EpochTicker::start(&engine, limits.epoch_tick)
             .map_err(|e| HostError::Runtime(e.to_string()))?;
+        let client = client().map_err(|e| HostError::Runtime(format!("HTTP client: {e}")))?;
+        let housekeeping = Arc::new(Housekeeping::new(
+            engine.clone(),
+            state.clone(),
+            client.clone(),
+            limits.clone(),
+        ));
         Ok(Self {
             state,
             engine,
             linker,
             limits,
-            client: client().map_err(|e| HostError::Runtime(format!("HTTP client: {e}")))?,
+            client,
+            housekeeping,
             trust_dir: config.trust_dir(),
             releases: RwLock::new(HashMap::new()),
             instances: Mutex::new(HashMap::new()),
             _ticker: ticker,
         })
+    }
+
+    /// What the sandbox housekeeping has done (see `ARCHITECTURE.md`,
+    /// "Invocation").
+    pub fn sandbox_stats(&self) -> crate::SandboxStats {
+        self.housekeeping.stats()
     }
 
     /// The operator state (read access for tools and tests).
@@ -349,6 +366,7 @@ impl Host {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|key, _| key.digest != digest);
+        self.housekeeping.evict(digest);
     }
 }
 

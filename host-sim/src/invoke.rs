@@ -10,10 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use wasmtime::Store;
 
-use crate::bindings::ManagedExtensionPre;
+use crate::bindings::{ManagedExtension, ManagedExtensionPre};
 use crate::error::{InvokeError, Limit};
 use crate::host::{Host, LoadedRelease, PreKey};
+use crate::housekeeping::Housekeeping;
 use crate::runtime::{self, InvocationScope, InvocationState};
 use crate::spec::{self, ExtensionSpec};
 
@@ -99,6 +101,49 @@ pub(crate) fn new_request_id() -> String {
         .to_string()
 }
 
+/// The store of a running invocation. When the invocation ends the store
+/// goes to the housekeeping, to be dropped in a later wait, unless the
+/// guest trapped or grew its memory past [`RETIRE_MEMORY_LIMIT`]: resetting
+/// that much memory would stall another invocation's wait, so such a store
+/// is dropped at once, on its own invocation's time.
+struct InUse<'a> {
+    store: Option<Store<InvocationState>>,
+    housekeeping: &'a Housekeeping,
+}
+
+/// Linear memory up to which a finished store is handed to the housekeeping.
+const RETIRE_MEMORY_LIMIT: usize = 4 << 20;
+
+impl InUse<'_> {
+    /// Drops the store now (the guest trapped).
+    fn discard(mut self) {
+        drop(self.store.take());
+    }
+}
+
+impl std::ops::Deref for InUse<'_> {
+    type Target = Store<InvocationState>;
+    fn deref(&self) -> &Self::Target {
+        self.store.as_ref().expect("in use until dropped")
+    }
+}
+
+impl std::ops::DerefMut for InUse<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.store.as_mut().expect("in use until dropped")
+    }
+}
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take()
+            && store.data().memory_grown_to <= RETIRE_MEMORY_LIMIT
+        {
+            self.housekeeping.retire(store);
+        }
+    }
+}
+
 fn internal(what: &str, error: impl fmt::Display) -> InvokeError {
     tracing::error!(error = %error, "{what}");
     InvokeError::Internal(format!("{what}; see the host log"))
@@ -111,7 +156,9 @@ impl Host {
         let request_id = new_request_id();
         let started = Instant::now();
         let mut generation = None;
+        let in_flight = self.housekeeping.enter();
         let result = self.run(caller, request, &request_id, &mut generation);
+        drop(in_flight);
         let elapsed_us = started.elapsed().as_micros() as u64;
         match &result {
             Ok(_) => tracing::info!(
@@ -206,7 +253,7 @@ impl Host {
         }
         spec::check(&action.input, &request.input, "input").map_err(InvokeError::InvalidInput)?;
 
-        let pre = self.instance_pre(&release, &request.project, snapshot.generation)?;
+        let (key, pre) = self.instance_pre(&release, &request.project, snapshot.generation)?;
         let provider_origin = release.spec.provider_binding().and_then(|name| {
             snapshot
                 .bindings
@@ -225,33 +272,39 @@ impl Host {
             provider_origin,
             deadline: Instant::now() + self.limits.deadline,
         });
-        let mut data = InvocationState::new(
-            scope,
-            self.state.clone(),
-            self.client.clone(),
-            self.limits.clone(),
-        );
+        let (store, instance) = match self.housekeeping.take(&key) {
+            Some(prepared) => {
+                let mut store = prepared.store;
+                store.data_mut().scope = scope;
+                store.set_epoch_deadline(self.limits.deadline_ticks());
+                (store, prepared.instance)
+            }
+            None => self.instantiate(&pre, scope)?,
+        };
+        let mut store = InUse {
+            store: Some(store),
+            housekeeping: &self.housekeeping,
+        };
+        let data = store.data_mut();
+        data.idle = Arc::downgrade(&self.housekeeping);
         data.seed_checks(
             snapshot.version,
             snapshot.granted,
             &snapshot.approved,
             &snapshot.bindings,
         );
-        let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
-        let instance = pre.instantiate(&mut store).map_err(|e| {
-            if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
-                .is_some()
-            {
-                InvokeError::LimitExceeded {
-                    limit: Limit::Capacity,
-                    message: "every sandbox slot is in use; try again".into(),
-                }
-            } else {
-                runtime::classify_trap(&e, &self.limits)
-            }
-        })?;
+        if !self.housekeeping.wants(&key) {
+            let waiting = Arc::new(InvocationScope {
+                request_id: String::new(),
+                action: String::new(),
+                settings: Default::default(),
+                provider_origin: None,
+                ..(*store.data().scope).clone()
+            });
+            self.housekeeping.want(key, pre, waiting);
+        }
         let outcome = instance.platform_extension_extension().call_invoke(
-            &mut store,
+            &mut *store,
             &request.action,
             &input,
         );
@@ -309,8 +362,52 @@ impl Host {
                 }
                 Err(InvokeError::Action { code, message })
             }
-            Err(trap) => Err(runtime::classify_trap(&trap, &self.limits)),
+            Err(trap) => {
+                store.discard();
+                Err(runtime::classify_trap(&trap, &self.limits))
+            }
         }
+    }
+
+    /// A fresh store and instance of `pre` for `scope`. A full pool first
+    /// gives back the stores the housekeeping holds, then tries once more.
+    fn instantiate(
+        &self,
+        pre: &ManagedExtensionPre<InvocationState>,
+        scope: Arc<InvocationScope>,
+    ) -> Result<(Store<InvocationState>, ManagedExtension), InvokeError> {
+        let attempt = |scope| {
+            let data = InvocationState::new(
+                scope,
+                self.state.clone(),
+                self.client.clone(),
+                self.limits.clone(),
+            );
+            let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
+            pre.instantiate(&mut store)
+                .map(|instance| (store, instance))
+        };
+        let full = |e: &wasmtime::Error| {
+            e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some()
+        };
+        let outcome = match attempt(scope.clone()) {
+            Err(e) if full(&e) => {
+                self.housekeeping.release();
+                attempt(scope)
+            }
+            outcome => outcome,
+        };
+        outcome.map_err(|e| {
+            if full(&e) {
+                InvokeError::LimitExceeded {
+                    limit: Limit::Capacity,
+                    message: "every sandbox slot is in use; try again".into(),
+                }
+            } else {
+                runtime::classify_trap(&e, &self.limits)
+            }
+        })
     }
 
     /// Measures instantiating an installed release `iterations` times from
@@ -332,7 +429,7 @@ impl Host {
             .state
             .generation(extension, project)
             .map_err(|e| internal("the host state is unavailable", e))?;
-        let pre = self.instance_pre(&release, project, generation)?;
+        let (_, pre) = self.instance_pre(&release, project, generation)?;
         let bytes = self
             .state
             .release_file(extension, &release.spec.component)
@@ -437,7 +534,7 @@ impl Host {
         release: &LoadedRelease,
         project: &str,
         generation: u64,
-    ) -> Result<ManagedExtensionPre<InvocationState>, InvokeError> {
+    ) -> Result<(PreKey, ManagedExtensionPre<InvocationState>), InvokeError> {
         let key = PreKey {
             digest: release.digest.clone(),
             project: project.to_string(),
@@ -449,7 +546,7 @@ impl Host {
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
         {
-            return Ok(pre.clone());
+            return Ok((key, pre.clone()));
         }
         let pre = self
             .linker
@@ -458,7 +555,7 @@ impl Host {
             .map_err(|e| internal("the component cannot be linked", e))?;
         let mut instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
         instances.retain(|k, _| !(k.digest == key.digest && k.project == key.project));
-        instances.insert(key, pre.clone());
-        Ok(pre)
+        instances.insert(key.clone(), pre.clone());
+        Ok((key, pre))
     }
 }

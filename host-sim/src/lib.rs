@@ -22,6 +22,7 @@ mod bindings {
 pub mod capabilities;
 pub mod error;
 mod host;
+mod housekeeping;
 mod install;
 mod invoke;
 pub mod runtime;
@@ -33,6 +34,7 @@ mod surface;
 
 pub use error::{InvokeError, Limit};
 pub use host::{Host, HostConfig, HostError, IssuedToken};
+pub use housekeeping::SandboxStats;
 pub use install::{InstallError, ReleaseSummary, SUPPORTED_WIT_VERSIONS};
 pub use invoke::{Caller, InstantiationSamples, Invocation, InvokeRequest};
 pub use runtime::{EpochTicker, SandboxLimits};

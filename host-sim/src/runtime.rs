@@ -4,8 +4,8 @@
 //! invocation with a memory limit, an epoch deadline and a host-call budget.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::ManagedExtension;
 use crate::error::{InvokeError, Limit};
+use crate::housekeeping::Housekeeping;
 use crate::secret::{Secret, redact_str};
 use crate::spec::ExtensionSpec;
 use crate::state::{Binding, ProjectSettings, State, StateError, StateVersion};
@@ -200,7 +201,12 @@ pub struct InvocationState {
     pub(crate) grant_revoked: bool,
     secrets: Option<Vec<Secret>>,
     memory_limit: usize,
+    /// The largest linear memory the guest asked for (0: it never grew).
+    pub(crate) memory_grown_to: usize,
     checks: CallTimeChecks,
+    /// Where a binding wait does the host's sandbox housekeeping (weak: the
+    /// housekeeping holds stores, and so this state).
+    pub(crate) idle: Weak<Housekeeping>,
 }
 
 /// What the call-time checks of this invocation read, valid while the
@@ -238,6 +244,7 @@ impl ResourceLimiter for InvocationState {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        self.memory_grown_to = self.memory_grown_to.max(desired);
         if desired > self.memory_limit {
             return Err(wasmtime::Error::new(LimitTrap {
                 limit: Limit::Memory,
@@ -289,6 +296,8 @@ impl InvocationState {
             grant_revoked: false,
             secrets: None,
             checks: CallTimeChecks::default(),
+            idle: Weak::new(),
+            memory_grown_to: 0,
         }
     }
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::bindings::platform::extension::http_binding::{self, BindingError, Request, Response};
+use crate::housekeeping::Housekeeping;
 use crate::runtime::InvocationState;
 use crate::secret::{Secret, redact_bytes, redact_str};
 use crate::spec::http_capability;
@@ -256,6 +257,7 @@ pub(crate) fn send(
     call: AuthorizedCall,
     client: &BindingClient,
     request_id: &str,
+    idle: Option<&Housekeeping>,
 ) -> Result<Response, BindingError> {
     let name = call.binding.name.clone();
     let what = What {
@@ -308,7 +310,7 @@ pub(crate) fn send(
         request = request.body(body);
     }
     let started = Instant::now();
-    let exchange = client.block_on(async {
+    let exchange = async {
         let response = request.send().await.map_err(|error| {
             if error.is_timeout() {
                 Failure::NoAnswer
@@ -328,6 +330,21 @@ pub(crate) fn send(
             .collect();
         let body = read_body(response, call.max_bytes).await?;
         Ok((status, headers, body))
+    };
+    // The wait for the answer is when the host's sandbox housekeeping runs
+    // (see `crate::housekeeping`): after one yield, so that the request is
+    // on the wire before the work starts.
+    let exchange = client.block_on(async {
+        match idle {
+            Some(idle) => {
+                let housekeeping = async {
+                    tokio::task::yield_now().await;
+                    idle.run();
+                };
+                tokio::join!(exchange, housekeeping).0
+            }
+            None => exchange.await,
+        }
     });
     let (status, headers, body) = match exchange {
         Ok(exchange) => exchange,
@@ -529,7 +546,8 @@ impl http_binding::Host for InvocationState {
             Err(refusal) => return Ok(Err(refusal)),
         };
         let max = call.max_bytes;
-        let result = send(call, &self.client, &self.scope.request_id);
+        let idle = self.idle.upgrade();
+        let result = send(call, &self.client, &self.scope.request_id, idle.as_deref());
         if let Ok(response) = &result {
             self.response_bytes += response.body.len().min(max);
         }

@@ -9,6 +9,7 @@ wit_bindgen::generate!({
     world: "managed-extension",
 });
 
+use core::sync::atomic::{AtomicU32, Ordering};
 use exports::platform::extension::extension::{ActionError, Guest};
 use platform::extension::documents::{self, DocumentError, Precondition};
 use platform::extension::http_binding::{self, BindingError, Request};
@@ -33,6 +34,7 @@ impl Guest for TestExtension {
             "http.leak" => leak(&input)?,
             "http.twice" => twice()?,
             "loop.forever" => loop_forever(),
+            "memory.mark" => mark(),
             "memory.unbounded" => allocate_without_bound(),
             "calls.flood" => flood_host_calls(),
             other => return Err(failure("not_found", format!("no action named {other}"))),
@@ -262,6 +264,21 @@ fn loop_forever() -> Value {
     loop {
         n = core::hint::black_box(n.wrapping_add(1));
     }
+}
+
+/// A zero-initialised static (in `.bss`) and one with a value from the data
+/// segment (`.data`).
+static ZEROED: AtomicU32 = AtomicU32::new(0);
+static INITIALISED: AtomicU32 = AtomicU32::new(7);
+
+/// The two statics as this instance found them; then both change.
+fn mark() -> Value {
+    let found = json!({
+        "zeroed": ZEROED.fetch_add(1, Ordering::Relaxed),
+        "initialised": INITIALISED.fetch_add(1, Ordering::Relaxed),
+    });
+    core::hint::black_box(&ZEROED);
+    found
 }
 
 /// Misbehaves: allocates (and touches) memory until something stops it.

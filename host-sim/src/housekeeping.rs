@@ -1,0 +1,274 @@
+//! Sandbox work that an invocation's wait on the network absorbs.
+//!
+//! Around every invocation the host tears down the finished store (the
+//! pooling allocator resets the instance's dirty memory) and builds a fresh
+//! one (store, WASI context, `InstancePre::instantiate`): about a fifth of
+//! what the host adds to a stats call, none of it needed by the caller. The
+//! calling thread is idle, though, while a guest waits on a binding call. So
+//! an invocation hands its finished store here instead of dropping it and
+//! says which (release, project, generation) it ran; the next binding wait,
+//! on whichever thread, drops the handed-over stores and prepares one fresh
+//! store of that key (see `capabilities::http::send`).
+//!
+//! What does not change: every invocation gets a store and instance that no
+//! guest code has run in, from the cached `InstancePre` of its own key (the
+//! key names the project and the generation, so a prepared store never
+//! serves another project or an older generation); its scope, call-time
+//! checks and epoch deadline are set when it is taken, before the guest
+//! runs. Stores waiting here hold pooled slots, so an instantiation that
+//! finds the pool full releases them and tries once more.
+//!
+//! Only while the host has idle time: with more invocations in flight than
+//! the machine has cores, no wait is idle, and moving the work between
+//! threads would only add cache misses; then stores are dropped by their
+//! own invocation and nothing is prepared.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use wasmtime::{Engine, Store};
+
+use crate::bindings::{ManagedExtension, ManagedExtensionPre};
+use crate::capabilities::http::BindingClient;
+use crate::host::PreKey;
+use crate::runtime::{self, InvocationScope, InvocationState, SandboxLimits};
+use crate::state::State;
+
+/// Finished stores kept for a later wait; past this, the one handing a
+/// store over drops the oldest itself (invocations without binding calls
+/// never wait).
+const MAX_RETIRED: usize = 4;
+
+/// A store instantiated ahead of its invocation.
+pub(crate) struct Prepared {
+    pub key: PreKey,
+    pub store: Store<InvocationState>,
+    pub instance: ManagedExtension,
+}
+
+/// What the next wait prepares: the key's pre-instantiation, and the
+/// scope the store holds until an invocation takes it (no request, no
+/// action, no binding origin).
+struct Wanted {
+    key: PreKey,
+    pre: ManagedExtensionPre<InvocationState>,
+    scope: Arc<InvocationScope>,
+}
+
+pub(crate) struct Housekeeping {
+    engine: Engine,
+    state: Arc<State>,
+    client: BindingClient,
+    limits: Arc<SandboxLimits>,
+    retired: Mutex<Vec<Store<InvocationState>>>,
+    prepared: Mutex<Option<Prepared>>,
+    wanted: Mutex<Option<Wanted>>,
+    /// Held while one wait prepares, so two waits do not both instantiate.
+    preparing: Mutex<()>,
+    counts: [AtomicU64; 3],
+    /// Invocations under way, and how many the host runs without queueing.
+    in_flight: AtomicUsize,
+    cores: usize,
+}
+
+/// An invocation under way (see [`Housekeeping::enter`]).
+pub(crate) struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What the housekeeping has done since the host opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SandboxStats {
+    /// Stores prepared during a binding wait.
+    pub prepared: u64,
+    /// Invocations that ran in a prepared store.
+    pub used_prepared: u64,
+    /// Finished stores dropped during a binding wait.
+    pub dropped_while_waiting: u64,
+}
+
+const PREPARED: usize = 0;
+const USED_PREPARED: usize = 1;
+const DROPPED_WHILE_WAITING: usize = 2;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Housekeeping {
+    pub fn new(
+        engine: Engine,
+        state: Arc<State>,
+        client: BindingClient,
+        limits: Arc<SandboxLimits>,
+    ) -> Self {
+        Self {
+            engine,
+            state,
+            client,
+            limits,
+            retired: Mutex::new(Vec::new()),
+            prepared: Mutex::new(None),
+            wanted: Mutex::new(None),
+            preparing: Mutex::new(()),
+            counts: Default::default(),
+            in_flight: AtomicUsize::new(0),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
+    /// Counts an invocation as under way until the guard drops.
+    pub fn enter(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(&self.in_flight)
+    }
+
+    /// More invocations under way than cores: no wait is idle.
+    fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) > self.cores
+    }
+
+    pub fn stats(&self) -> SandboxStats {
+        let count = |i: usize| self.counts[i].load(Ordering::Relaxed);
+        SandboxStats {
+            prepared: count(PREPARED),
+            used_prepared: count(USED_PREPARED),
+            dropped_while_waiting: count(DROPPED_WHILE_WAITING),
+        }
+    }
+
+    fn count(&self, what: usize, n: usize) {
+        self.counts[what].fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// The prepared store of `key`, if there is one.
+    pub fn take(&self, key: &PreKey) -> Option<Prepared> {
+        let mut prepared = lock(&self.prepared);
+        if prepared.as_ref().is_some_and(|p| &p.key == key) {
+            self.count(USED_PREPARED, 1);
+            prepared.take()
+        } else {
+            None
+        }
+    }
+
+    /// Whether the next wait already prepares for `key`.
+    pub fn wants(&self, key: &PreKey) -> bool {
+        lock(&self.wanted).as_ref().is_some_and(|w| &w.key == key)
+    }
+
+    /// From now on, waits prepare stores of `key`; a store prepared for
+    /// another key is handed over for dropping.
+    pub fn want(
+        &self,
+        key: PreKey,
+        pre: ManagedExtensionPre<InvocationState>,
+        scope: Arc<InvocationScope>,
+    ) {
+        let stale = {
+            let mut prepared = lock(&self.prepared);
+            if prepared.as_ref().is_some_and(|p| p.key != key) {
+                prepared.take()
+            } else {
+                None
+            }
+        };
+        *lock(&self.wanted) = Some(Wanted { key, pre, scope });
+        if let Some(stale) = stale {
+            self.retire(stale.store);
+        }
+    }
+
+    /// Forgets every store and pre-instantiation of the release `digest`.
+    pub fn evict(&self, digest: &str) {
+        let mut wanted = lock(&self.wanted);
+        if wanted.as_ref().is_some_and(|w| w.key.digest == digest) {
+            *wanted = None;
+        }
+        drop(wanted);
+        let stale = {
+            let mut prepared = lock(&self.prepared);
+            if prepared.as_ref().is_some_and(|p| p.key.digest == digest) {
+                prepared.take()
+            } else {
+                None
+            }
+        };
+        drop(stale);
+    }
+
+    /// Takes a finished store; it is dropped in a later wait (or now, when
+    /// the host is busy).
+    pub fn retire(&self, store: Store<InvocationState>) {
+        if self.busy() {
+            drop(store);
+            return;
+        }
+        let excess: Vec<_> = {
+            let mut retired = lock(&self.retired);
+            retired.push(store);
+            let over = retired.len().saturating_sub(MAX_RETIRED);
+            retired.drain(..over).collect()
+        };
+        // Dropped outside the lock.
+        drop(excess);
+    }
+
+    /// Drops every store waiting here, prepared ones included: the pool is
+    /// full and an invocation needs a slot.
+    pub fn release(&self) {
+        let retired = std::mem::take(&mut *lock(&self.retired));
+        let prepared = lock(&self.prepared).take();
+        drop(retired);
+        drop(prepared);
+    }
+
+    /// The work of one wait: drop the finished stores, then prepare a store
+    /// for the wanted key unless one is ready.
+    pub fn run(&self) {
+        let retired = std::mem::take(&mut *lock(&self.retired));
+        self.count(DROPPED_WHILE_WAITING, retired.len());
+        drop(retired);
+
+        if self.busy() {
+            return;
+        }
+        let Ok(_preparing) = self.preparing.try_lock() else {
+            return;
+        };
+        if lock(&self.prepared).is_some() {
+            return;
+        }
+        let Some((key, pre, scope)) = lock(&self.wanted)
+            .as_ref()
+            .map(|w| (w.key.clone(), w.pre.clone(), w.scope.clone()))
+        else {
+            return;
+        };
+        let data = InvocationState::new(
+            scope,
+            self.state.clone(),
+            self.client.clone(),
+            self.limits.clone(),
+        );
+        let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
+        // A full pool (or anything else) only means nothing is prepared: the
+        // invocation instantiates for itself and reports what goes wrong.
+        let Ok(instance) = pre.instantiate(&mut store) else {
+            return;
+        };
+        self.count(PREPARED, 1);
+        let stale = lock(&self.prepared).replace(Prepared {
+            key,
+            store,
+            instance,
+        });
+        drop(stale);
+    }
+}
