@@ -217,7 +217,7 @@ struct CallTimeChecks {
     version: Option<StateVersion>,
     /// (granted, approved) per capability.
     capabilities: HashMap<String, (bool, bool)>,
-    bindings: HashMap<String, Option<Binding>>,
+    bindings: HashMap<String, Option<Arc<Binding>>>,
 }
 
 /// The state as a host call sees it, now.
@@ -225,7 +225,7 @@ pub(crate) struct CallTime {
     pub granted: bool,
     pub approved: bool,
     /// The project's binding, when the call asked for one.
-    pub binding: Option<Binding>,
+    pub binding: Option<Arc<Binding>>,
 }
 
 impl WasiView for InvocationState {
@@ -319,7 +319,7 @@ impl InvocationState {
                 .collect(),
             bindings: bindings
                 .iter()
-                .map(|binding| (binding.name.clone(), Some(binding.clone())))
+                .map(|binding| (binding.name.clone(), Some(Arc::new(binding.clone()))))
                 .collect(),
         };
         self.secrets = Some(bindings.iter().map(|b| b.secret.clone()).collect());
@@ -363,7 +363,7 @@ impl InvocationState {
             Some(name) => match self.checks.bindings.get(name) {
                 Some(bound) => bound.clone(),
                 None => {
-                    let bound = self.state.binding(&scope.project_id, name)?;
+                    let bound = self.state.binding(&scope.project_id, name)?.map(Arc::new);
                     if let (Some(secrets), Some(binding)) = (&mut self.secrets, &bound) {
                         // A secret set mid-invocation is redacted too.
                         secrets.push(binding.secret.clone());

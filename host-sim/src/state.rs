@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
@@ -262,25 +262,28 @@ const MAX_CACHED_DOCUMENTS: usize = 1024;
 /// Distinct callers kept between two commits.
 const MAX_CACHED_SNAPSHOTS: usize = 1024;
 
-/// A snapshot as the database holds it; the token's expiry is applied
-/// when it is used ([`StoredSnapshot::at`]).
+/// A snapshot as the database holds it, shared by every invocation that
+/// reads it while the version holds; the token's expiry is applied when it
+/// is used ([`StoredSnapshot::at`]).
 #[derive(Clone)]
 struct StoredSnapshot {
     token_expires_at: Option<i64>,
-    snapshot: InvocationSnapshot,
+    snapshot: Arc<InvocationSnapshot>,
 }
 
 impl StoredSnapshot {
-    fn at(self, now: i64) -> InvocationSnapshot {
-        let mut snapshot = self.snapshot;
-        if self
+    fn at(&self, now: i64) -> Arc<InvocationSnapshot> {
+        let live = self
             .token_expires_at
-            .is_none_or(|expires_at| expires_at <= now)
-        {
-            snapshot.user = None;
-            snapshot.project_access = false;
+            .is_some_and(|expires_at| expires_at > now);
+        if live || (self.snapshot.user.is_none() && !self.snapshot.project_access) {
+            return self.snapshot.clone();
         }
-        snapshot
+        Arc::new(InvocationSnapshot {
+            user: None,
+            project_access: false,
+            ..(*self.snapshot).clone()
+        })
     }
 }
 
@@ -897,7 +900,7 @@ impl State {
         token: &str,
         extension_id: &str,
         project_id: &str,
-    ) -> Result<InvocationSnapshot> {
+    ) -> Result<Arc<InvocationSnapshot>> {
         let key = (
             token_hash(token),
             extension_id.to_string(),
@@ -1110,7 +1113,7 @@ fn read_snapshot(
     };
     Ok(StoredSnapshot {
         token_expires_at,
-        snapshot: InvocationSnapshot {
+        snapshot: Arc::new(InvocationSnapshot {
             user,
             project_access,
             granted,
@@ -1120,7 +1123,7 @@ fn read_snapshot(
             settings: project_settings(conn, project_id)?,
             bindings: project_bindings(conn, project_id)?,
             version,
-        },
+        }),
     })
 }
 

@@ -57,7 +57,7 @@ fn is_credential_header(name: &HeaderName, auth_header: &str) -> bool {
 
 /// A call that passed [`authorize`]: everything [`send`] needs.
 pub(crate) struct AuthorizedCall {
-    binding: Binding,
+    binding: Arc<Binding>,
     method: String,
     path: String,
     query: Option<String>,
@@ -196,8 +196,10 @@ fn refuse(request_id: &str, error: BindingError) -> BindingError {
 
 /// The request's own shape: method, path, query and headers.
 fn check_shape(request: &Request) -> Result<(), String> {
-    let method = request.method.to_ascii_uppercase();
-    if !METHODS.contains(&method.as_str()) {
+    if !METHODS
+        .iter()
+        .any(|method| method.eq_ignore_ascii_case(&request.method))
+    {
         return Err(format!("method must be one of {}", METHODS.join(", ")));
     }
     check_path(&request.path)?;
@@ -207,9 +209,17 @@ fn check_shape(request: &Request) -> Result<(), String> {
         return Err("the query must be printable ASCII without `#` or spaces".into());
     }
     for (name, value) in &request.headers {
-        let lower = name.to_ascii_lowercase();
-        if REFUSED_REQUEST_HEADERS.contains(&lower.as_str()) || lower.starts_with("proxy-") {
-            return Err(format!("header {lower} is set by the host"));
+        if REFUSED_REQUEST_HEADERS
+            .iter()
+            .any(|refused| name.eq_ignore_ascii_case(refused))
+            || name
+                .get(..6)
+                .is_some_and(|prefix| prefix.eq_ignore_ascii_case("proxy-"))
+        {
+            return Err(format!(
+                "header {} is set by the host",
+                name.to_ascii_lowercase()
+            ));
         }
         if HeaderName::from_bytes(name.as_bytes()).is_err() || HeaderValue::from_str(value).is_err()
         {
@@ -233,12 +243,14 @@ fn check_path(path: &str) -> Result<(), String> {
     if !path.bytes().all(allowed) {
         return Err("the path has characters outside RFC 3986 path characters".into());
     }
-    let lower = path.to_ascii_lowercase();
-    if lower.contains("%2f")
-        || lower.contains("%5c")
-        || lower.contains("%2e")
-        || lower.contains("%00")
-    {
+    let encoded = |w: &[u8]| {
+        w[0] == b'%'
+            && matches!(
+                (w[1], w[2].to_ascii_lowercase()),
+                (b'2', b'f') | (b'5', b'c') | (b'2', b'e') | (b'0', b'0')
+            )
+    };
+    if path.as_bytes().windows(3).any(encoded) {
         return Err("the path has an encoded slash, backslash, dot or NUL".into());
     }
     if path.len() > 1
@@ -602,6 +614,10 @@ mod tests {
             "/api//x",
             "/api/%2e%2e/me",
             "/api/%2F",
+            "/api/a%2Eb",
+            "/api/%5c",
+            "/api/x%5C",
+            "/api/%00",
             "/api/x?y",
             "/api/x#y",
             "/api/x\\y",
@@ -609,7 +625,14 @@ mod tests {
         ] {
             assert!(check_path(bad).is_err(), "{bad}");
         }
-        for good in ["/", "/api/websites/123", "/api/items/a-b_c.d~e"] {
+        for good in [
+            "/",
+            "/api/websites/123",
+            "/api/items/a-b_c.d~e",
+            "/api/a%20b",
+            "/api/2f%",
+            "/api/%2",
+        ] {
             assert!(check_path(good).is_ok(), "{good}");
         }
     }
