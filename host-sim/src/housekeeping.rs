@@ -147,6 +147,23 @@ impl Housekeeping {
         self.counts[what].fetch_add(n as u64, Ordering::Relaxed);
     }
 
+    /// A new store holding `scope`, and an instance of `pre` in it.
+    pub fn instantiate(
+        &self,
+        pre: &ManagedExtensionPre<InvocationState>,
+        scope: Arc<InvocationScope>,
+    ) -> wasmtime::Result<(Store<InvocationState>, ManagedExtension)> {
+        let data = InvocationState::new(
+            scope,
+            self.state.clone(),
+            self.client.clone(),
+            self.limits.clone(),
+        );
+        let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
+        let instance = pre.instantiate(&mut store)?;
+        Ok((store, instance))
+    }
+
     /// The prepared store of `key`, if there is one.
     pub fn take(&self, key: &PreKey) -> Option<Prepared> {
         let mut prepared = lock(&self.prepared);
@@ -251,16 +268,9 @@ impl Housekeeping {
         else {
             return;
         };
-        let data = InvocationState::new(
-            scope,
-            self.state.clone(),
-            self.client.clone(),
-            self.limits.clone(),
-        );
-        let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
         // A full pool (or anything else) only means nothing is prepared: the
         // invocation instantiates for itself and reports what goes wrong.
-        let Ok(instance) = pre.instantiate(&mut store) else {
+        let Ok((store, instance)) = self.instantiate(&pre, scope) else {
             return;
         };
         self.count(PREPARED, 1);

@@ -376,17 +376,7 @@ impl Host {
         pre: &ManagedExtensionPre<InvocationState>,
         scope: Arc<InvocationScope>,
     ) -> Result<(Store<InvocationState>, ManagedExtension), InvokeError> {
-        let attempt = |scope| {
-            let data = InvocationState::new(
-                scope,
-                self.state.clone(),
-                self.client.clone(),
-                self.limits.clone(),
-            );
-            let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
-            pre.instantiate(&mut store)
-                .map(|instance| (store, instance))
-        };
+        let attempt = |scope| self.housekeeping.instantiate(pre, scope);
         let full = |e: &wasmtime::Error| {
             e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
                 .is_some()
