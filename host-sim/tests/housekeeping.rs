@@ -94,3 +94,42 @@ fn a_prepared_store_serves_only_its_own_project_and_generation() {
     assert_eq!(env.host.sandbox_stats().used_prepared, used + 1);
     assert_eq!(mark(&env, &token, "p1"), CLEAN());
 }
+
+#[test]
+fn concurrent_invocations_of_two_projects_each_start_clean() {
+    let env = TestEnv::new();
+    env.ready("p1");
+    env.host.grant(EXTENSION, "p2").unwrap();
+    let token = env.token("alice", &["p1", "p2"]);
+    let provider = Provider::start("housekeeping-secret-9e3f");
+    env.bind("p1", &provider);
+    env.bind("p2", &provider);
+
+    // Threads interleave waits (which prepare and drop stores) with marks,
+    // on two projects, so prepared stores change hands, go stale and are
+    // dropped under contention; more threads than cores also switch the
+    // housekeeping off and on.
+    std::thread::scope(|threads| {
+        for t in 0..6 {
+            let (env, token) = (&env, &token);
+            threads.spawn(move || {
+                let project = if t % 2 == 0 { "p1" } else { "p2" };
+                for round in 0..25 {
+                    wait(env, token, project);
+                    assert_eq!(
+                        mark(env, token, project),
+                        CLEAN(),
+                        "thread {t} round {round}"
+                    );
+                }
+            });
+        }
+    });
+    let stats = env.host.sandbox_stats();
+    assert!(stats.used_prepared <= stats.prepared, "{stats:?}");
+    // Quiet again: the housekeeping works as in the single-threaded case.
+    let before = env.host.sandbox_stats().used_prepared;
+    wait(&env, &token, "p1");
+    assert_eq!(mark(&env, &token, "p1"), CLEAN());
+    assert_eq!(env.host.sandbox_stats().used_prepared, before + 1);
+}
