@@ -25,6 +25,19 @@ fn wait(env: &TestEnv, token: &str, project: &str) {
     assert_eq!(code(&invocation), "ok", "{:?}", invocation.result);
 }
 
+/// The extension granted to p1 and p2, both bound to one provider, and a
+/// token for both.
+fn two_projects(secret: &str) -> (TestEnv, String, Provider) {
+    let env = TestEnv::new();
+    env.ready("p1");
+    env.host.grant(EXTENSION, "p2").unwrap();
+    let token = env.token("alice", &["p1", "p2"]);
+    let provider = Provider::start(secret);
+    env.bind("p1", &provider);
+    env.bind("p2", &provider);
+    (env, token, provider)
+}
+
 const CLEAN: fn() -> Value = || json!({ "zeroed": 0, "initialised": 7 });
 
 #[test]
@@ -59,13 +72,7 @@ fn a_prepared_store_starts_clean_and_serves_one_invocation() {
 
 #[test]
 fn a_prepared_store_serves_only_its_own_project_and_generation() {
-    let env = TestEnv::new();
-    env.ready("p1");
-    env.host.grant(EXTENSION, "p2").unwrap();
-    let token = env.token("alice", &["p1", "p2"]);
-    let provider = Provider::start("housekeeping-secret-7c2d");
-    env.bind("p1", &provider);
-    env.bind("p2", &provider);
+    let (env, token, provider) = two_projects("housekeeping-secret-7c2d");
 
     let context = |project: &str| {
         let invocation = env.invoke(&token, project, "context", json!({}));
@@ -97,13 +104,7 @@ fn a_prepared_store_serves_only_its_own_project_and_generation() {
 
 #[test]
 fn concurrent_invocations_of_two_projects_each_start_clean() {
-    let env = TestEnv::new();
-    env.ready("p1");
-    env.host.grant(EXTENSION, "p2").unwrap();
-    let token = env.token("alice", &["p1", "p2"]);
-    let provider = Provider::start("housekeeping-secret-9e3f");
-    env.bind("p1", &provider);
-    env.bind("p2", &provider);
+    let (env, token, _provider) = two_projects("housekeeping-secret-9e3f");
 
     // Threads interleave waits (which prepare and drop stores) with marks,
     // on two projects, so prepared stores change hands, go stale and are
