@@ -24,7 +24,7 @@
 //! own invocation and nothing is prepared.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use wasmtime::{Engine, Store};
 
@@ -32,7 +32,7 @@ use crate::bindings::{ManagedExtension, ManagedExtensionPre};
 use crate::capabilities::http::BindingClient;
 use crate::host::PreKey;
 use crate::runtime::{self, InvocationScope, InvocationState, SandboxLimits};
-use crate::state::State;
+use crate::state::{State, lock};
 
 /// Finished stores kept for a later wait; past this, the one handing a
 /// store over drops the oldest itself (invocations without binding calls
@@ -65,7 +65,9 @@ pub(crate) struct Housekeeping {
     wanted: Mutex<Option<Wanted>>,
     /// Held while one wait prepares, so two waits do not both instantiate.
     preparing: Mutex<()>,
-    counts: [AtomicU64; 3],
+    prepared_count: AtomicU64,
+    used_prepared_count: AtomicU64,
+    dropped_while_waiting_count: AtomicU64,
     /// Invocations under way, and how many the host runs without queueing.
     in_flight: AtomicUsize,
     cores: usize,
@@ -91,16 +93,6 @@ pub struct SandboxStats {
     pub dropped_while_waiting: u64,
 }
 
-const PREPARED: usize = 0;
-const USED_PREPARED: usize = 1;
-const DROPPED_WHILE_WAITING: usize = 2;
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Housekeeping {
     pub fn new(
         engine: Engine,
@@ -117,7 +109,9 @@ impl Housekeeping {
             prepared: Mutex::new(None),
             wanted: Mutex::new(None),
             preparing: Mutex::new(()),
-            counts: Default::default(),
+            prepared_count: AtomicU64::new(0),
+            used_prepared_count: AtomicU64::new(0),
+            dropped_while_waiting_count: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
@@ -135,16 +129,21 @@ impl Housekeeping {
     }
 
     pub fn stats(&self) -> SandboxStats {
-        let count = |i: usize| self.counts[i].load(Ordering::Relaxed);
         SandboxStats {
-            prepared: count(PREPARED),
-            used_prepared: count(USED_PREPARED),
-            dropped_while_waiting: count(DROPPED_WHILE_WAITING),
+            prepared: self.prepared_count.load(Ordering::Relaxed),
+            used_prepared: self.used_prepared_count.load(Ordering::Relaxed),
+            dropped_while_waiting: self.dropped_while_waiting_count.load(Ordering::Relaxed),
         }
     }
 
-    fn count(&self, what: usize, n: usize) {
-        self.counts[what].fetch_add(n as u64, Ordering::Relaxed);
+    /// The prepared store, if `matches` says it is the one to take out.
+    fn take_prepared_if(&self, matches: impl FnOnce(&Prepared) -> bool) -> Option<Prepared> {
+        let mut prepared = lock(&self.prepared);
+        if prepared.as_ref().is_some_and(matches) {
+            prepared.take()
+        } else {
+            None
+        }
     }
 
     /// A new store holding `scope`, and an instance of `pre` in it.
@@ -166,13 +165,11 @@ impl Housekeeping {
 
     /// The prepared store of `key`, if there is one.
     pub fn take(&self, key: &PreKey) -> Option<Prepared> {
-        let mut prepared = lock(&self.prepared);
-        if prepared.as_ref().is_some_and(|p| &p.key == key) {
-            self.count(USED_PREPARED, 1);
-            prepared.take()
-        } else {
-            None
+        let taken = self.take_prepared_if(|p| &p.key == key);
+        if taken.is_some() {
+            self.used_prepared_count.fetch_add(1, Ordering::Relaxed);
         }
+        taken
     }
 
     /// Whether the next wait already prepares for `key`.
@@ -188,14 +185,7 @@ impl Housekeeping {
         pre: ManagedExtensionPre<InvocationState>,
         scope: Arc<InvocationScope>,
     ) {
-        let stale = {
-            let mut prepared = lock(&self.prepared);
-            if prepared.as_ref().is_some_and(|p| p.key != key) {
-                prepared.take()
-            } else {
-                None
-            }
-        };
+        let stale = self.take_prepared_if(|p| p.key != key);
         *lock(&self.wanted) = Some(Wanted { key, pre, scope });
         if let Some(stale) = stale {
             self.retire(stale.store);
@@ -209,15 +199,7 @@ impl Housekeeping {
             *wanted = None;
         }
         drop(wanted);
-        let stale = {
-            let mut prepared = lock(&self.prepared);
-            if prepared.as_ref().is_some_and(|p| p.key.digest == digest) {
-                prepared.take()
-            } else {
-                None
-            }
-        };
-        drop(stale);
+        drop(self.take_prepared_if(|p| p.key.digest == digest));
     }
 
     /// Takes a finished store; it is dropped in a later wait (or now, when
@@ -250,7 +232,8 @@ impl Housekeeping {
     /// for the wanted key unless one is ready.
     pub fn run(&self) {
         let retired = std::mem::take(&mut *lock(&self.retired));
-        self.count(DROPPED_WHILE_WAITING, retired.len());
+        self.dropped_while_waiting_count
+            .fetch_add(retired.len() as u64, Ordering::Relaxed);
         drop(retired);
 
         if self.busy() {
@@ -273,7 +256,7 @@ impl Housekeeping {
         let Ok((store, instance)) = self.instantiate(&pre, scope) else {
             return;
         };
-        self.count(PREPARED, 1);
+        self.prepared_count.fetch_add(1, Ordering::Relaxed);
         let stale = lock(&self.prepared).replace(Prepared {
             key,
             store,
