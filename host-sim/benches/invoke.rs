@@ -6,6 +6,9 @@
 //! `cargo bench -p host-sim --bench invoke` (needs `cargo xtask guests`).
 //! `HOST_SIM_BENCH_ITERATIONS` sets the number of timed invocations.
 
+#[path = "../tests/common/guest.rs"]
+mod guest;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -41,8 +44,7 @@ fn summary(name: &str, mut samples: Vec<Duration>) -> Duration {
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let component = std::fs::read(root.join("../target/guests/test_extension.wasm"))
-        .expect("run `cargo xtask guests` to build the guest components");
+    let component = guest::test_extension();
     let manifest = std::fs::read_to_string(root.join("test-extension/manifest.toml")).unwrap();
     let iterations: usize = std::env::var("HOST_SIM_BENCH_ITERATIONS")
         .ok()

@@ -1,5 +1,6 @@
 //! The one error shape of every surface: `{"error":{"code","message"}}`.
-//! [`InvokeError`] knows its code and HTTP status, so a surface maps once.
+//! [`InvokeError`] knows its stable code; which HTTP status a code maps to
+//! is the HTTP surface's business (`serve::http_status`).
 
 use serde_json::{Value, json};
 
@@ -21,12 +22,16 @@ pub enum InvokeError {
     /// The caller presented an older (or unknown) runtime generation.
     #[error("generation {presented} is stale; the current generation is {current}")]
     StaleGeneration { presented: u64, current: u64 },
-    /// The input does not match the action's schema.
+    /// The input does not match the action's schema (the message names the
+    /// location and the rule).
     #[error("{0}")]
     InvalidInput(String),
-    /// No such extension or action.
-    #[error("{0}")]
-    NotFound(String),
+    /// No release of the extension is installed.
+    #[error("{extension} is not installed")]
+    NotInstalled { extension: String },
+    /// The installed release has no such action.
+    #[error("{extension} has no action {action}")]
+    NoSuchAction { extension: String, action: String },
     /// A sandbox limit stopped the invocation.
     #[error("{message}")]
     LimitExceeded { limit: Limit, message: String },
@@ -52,6 +57,16 @@ pub enum Limit {
     Capacity,
 }
 
+/// A limit that ends an invocation from inside a host call or the memory
+/// limiter: host code returns it as the trap's error, and the sandbox turns
+/// it into [`InvokeError::LimitExceeded`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct LimitTrap {
+    pub limit: Limit,
+    pub message: String,
+}
+
 impl InvokeError {
     /// The stable machine-readable code.
     pub fn code(&self) -> &str {
@@ -62,49 +77,16 @@ impl InvokeError {
             | InvokeError::CapabilityNotApproved { .. } => "forbidden",
             InvokeError::StaleGeneration { .. } => "stale_generation",
             InvokeError::InvalidInput(_) => "invalid_input",
-            InvokeError::NotFound(_) => "not_found",
+            InvokeError::NotInstalled { .. } | InvokeError::NoSuchAction { .. } => "not_found",
             InvokeError::LimitExceeded { .. } => "limit_exceeded",
             InvokeError::Action { code, .. } => code,
             InvokeError::Internal(_) => "internal",
         }
     }
 
-    /// The HTTP status a surface answers with.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            InvokeError::Unauthenticated => 401,
-            InvokeError::NoProjectAccess { .. }
-            | InvokeError::NotGranted { .. }
-            | InvokeError::CapabilityNotApproved { .. } => 403,
-            InvokeError::StaleGeneration { .. } => 409,
-            InvokeError::InvalidInput(_) => 422,
-            InvokeError::NotFound(_) => 404,
-            InvokeError::LimitExceeded { limit, .. } => match limit {
-                Limit::InputBytes | Limit::OutputBytes | Limit::ResponseBytes => 413,
-                Limit::Deadline | Limit::Memory | Limit::HostCalls | Limit::Capacity => 429,
-            },
-            InvokeError::Action { code, .. } => action_status(code),
-            InvokeError::Internal(_) => 500,
-        }
-    }
-
     /// `{"error":{"code","message"}}`
     pub fn to_json(&self) -> Value {
         json!({ "error": { "code": self.code(), "message": self.to_string() } })
-    }
-}
-
-/// Statuses of the codes an extension may answer with.
-fn action_status(code: &str) -> u16 {
-    match code {
-        "invalid_input" => 422,
-        "not_provisioned" | "not_found" => 404,
-        "conflict" => 409,
-        "provider_unavailable" | "provider_rejected" => 502,
-        "limit_exceeded" => 429,
-        "unauthenticated" => 401,
-        "forbidden" => 403,
-        _ => 500,
     }
 }
 
@@ -131,34 +113,32 @@ mod tests {
             refusals.iter().map(ToString::to_string).collect();
         assert_eq!(messages.len(), 3);
         for r in &refusals {
-            assert_eq!((r.code(), r.http_status()), ("forbidden", 403));
+            assert_eq!(r.code(), "forbidden");
         }
     }
 
     #[test]
-    fn json_shape_and_statuses() {
+    fn json_shape() {
         let e = InvokeError::StaleGeneration {
             presented: 1,
             current: 2,
         };
-        assert_eq!(e.http_status(), 409);
         assert_eq!(e.to_json()["error"]["code"], "stale_generation");
         let action = InvokeError::Action {
             code: "not_provisioned".into(),
             message: "set up first".into(),
         };
         assert_eq!(
-            (action.code(), action.http_status()),
-            ("not_provisioned", 404)
-        );
-        assert_eq!(
             action.to_json(),
             json!({"error": {"code": "not_provisioned", "message": "set up first"}})
         );
-        let limit = InvokeError::LimitExceeded {
-            limit: Limit::OutputBytes,
-            message: "too big".into(),
+        let missing = InvokeError::NoSuchAction {
+            extension: "e".into(),
+            action: "a".into(),
         };
-        assert_eq!(limit.http_status(), 413);
+        assert_eq!(
+            (missing.code(), missing.to_string().as_str()),
+            ("not_found", "e has no action a")
+        );
     }
 }

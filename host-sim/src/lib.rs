@@ -1,44 +1,45 @@
 //! host-sim: a wasmtime host that plays the platform's extension core.
 //!
-//! - [`Host`] opens the operator state in a directory and is the one entry
-//!   point for operators (install, approve, grant, bindings, settings,
-//!   tokens) and for every surface ([`Host::invoke`]). It is `Send + Sync`;
-//!   share it with `Arc<Host>` and call [`Host::invoke`] from blocking tasks.
-//! - [`capabilities`]: one module per host capability; each has the one
-//!   function that decides whether a guest's call may proceed.
-//! - [`runtime`]: the sandbox (pooled engine, epoch ticker, limits).
-//! - [`state`]: the SQLite operator state.
-//! - [`error::InvokeError`]: the error of an invocation, with its code and
-//!   HTTP status.
+//! The modules form layers; a module uses only modules of layers below its
+//! own (`cargo xtask layers` checks it, see `ARCHITECTURE.md`):
+//!
+//! 1. leaf types: [`error`], [`limits`], [`secret`], [`spec`], and the WIT
+//!    bindings;
+//! 2. [`state`]: the SQLite operator state, split by subject;
+//! 3. [`capabilities`]: one module per host interface, each owning its
+//!    per-invocation context and its one enforcing function;
+//! 4. [`sandbox`]: engine, epoch ticker, linker, store data;
+//! 5. [`pool`] (compiled releases, `InstancePre`s, stores and their
+//!    housekeeping) and [`verify`] (release verification);
+//! 6. [`Host`]: the facade for operators ([`Host::install_release`],
+//!    [`Host::grant`], …) and for every surface ([`Host::invoke`]). It is
+//!    `Send + Sync`; share it with `Arc<Host>` and call [`Host::invoke`]
+//!    from blocking tasks;
+//! 7. [`serve`]: the HTTP surfaces (API, MCP, console); the only place
+//!    that knows HTTP status codes.
 
-mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "managed-extension",
-        imports: { default: trappable },
-    });
-}
-
+mod bindings;
 pub mod capabilities;
 pub mod error;
 mod host;
-mod housekeeping;
-mod install;
-mod invoke;
-pub mod runtime;
+pub mod limits;
+pub mod pool;
+pub mod sandbox;
 pub mod secret;
 pub mod serve;
 pub mod spec;
 pub mod state;
-mod surface;
+pub mod verify;
 
 pub use error::{InvokeError, Limit};
-pub use host::{Host, HostConfig, HostError, IssuedToken};
-pub use housekeeping::SandboxStats;
-pub use install::{InstallError, ReleaseSummary, SUPPORTED_WIT_VERSIONS};
-pub use invoke::{Caller, InstantiationSamples, Invocation, InvokeRequest};
-pub use runtime::{EpochTicker, SandboxLimits};
+pub use host::{
+    Caller, Host, HostConfig, HostError, InvalidInput, Invocation, InvokeRequest, IssuedToken,
+    MAX_SESSION_TTL, PanelSession,
+};
+pub use limits::SandboxLimits;
+pub use pool::{InstantiationSamples, SandboxStats};
+pub use sandbox::EpochTicker;
 pub use secret::Secret;
 pub use spec::ActionInfo;
 pub use state::{AuthStyle, TokenAccess};
-pub use surface::{MAX_SESSION_TTL, PanelSession};
+pub use verify::{InstallError, ReleaseSummary, SUPPORTED_WIT_VERSIONS};

@@ -252,16 +252,32 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(match &e {
-                HostError::Install(
+                CliError::Host(HostError::Install(
                     InstallError::Verify(_)
                     | InstallError::Component(_)
                     | InstallError::Manifest(_)
                     | InstallError::Runtime(_),
-                ) => exit::REFUSED,
-                HostError::Invalid(_) => exit::USAGE,
-                _ => exit::FAILED,
+                )) => exit::REFUSED,
+                CliError::Host(HostError::Invalid(_)) | CliError::Usage(_) => exit::USAGE,
+                CliError::Host(_) => exit::FAILED,
             })
         }
+    }
+}
+
+/// Why a command failed: the host refused or failed, or the command line
+/// itself was unusable.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl From<InstallError> for CliError {
+    fn from(error: InstallError) -> Self {
+        CliError::Host(HostError::Install(error))
     }
 }
 
@@ -351,7 +367,7 @@ fn progress(step: &str) {
     eprintln!("… {step}");
 }
 
-fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, HostError> {
+fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliError> {
     match command {
         Command::Serve {
             listen,
@@ -446,7 +462,7 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, HostEr
             clear_tracking_origin,
         }) => {
             if tracking_origin.is_none() && !clear_tracking_origin {
-                return Err(HostError::Invalid(
+                return Err(CliError::Usage(
                     "nothing to set: use --tracking-origin URL or --clear-tracking-origin".into(),
                 ));
             }
@@ -476,11 +492,11 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, HostEr
             generation,
         } => {
             let input: Value = serde_json::from_str(&input)
-                .map_err(|e| HostError::Invalid(format!("--input is not JSON: {e}")))?;
+                .map_err(|e| CliError::Usage(format!("--input is not JSON: {e}")))?;
             let extension = match extension {
                 Some(extension) => extension,
                 None => host.extension_for_action(&action)?.ok_or_else(|| {
-                    HostError::Invalid(format!(
+                    CliError::Usage(format!(
                         "no single installed extension has action {action}; pass --extension"
                     ))
                 })?,
@@ -511,13 +527,13 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, HostEr
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_secret(env: Option<&str>, file: Option<&std::path::Path>) -> Result<Secret, HostError> {
+fn read_secret(env: Option<&str>, file: Option<&std::path::Path>) -> Result<Secret, CliError> {
     let raw = if let Some(var) = env {
         std::env::var(var)
-            .map_err(|_| HostError::Invalid(format!("environment variable {var} is not set")))?
+            .map_err(|_| CliError::Usage(format!("environment variable {var} is not set")))?
     } else if let Some(path) = file {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| HostError::Invalid(format!("cannot read {}: {e}", path.display())))?;
+            .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
         text.lines().next().unwrap_or_default().to_string()
     } else {
         let stdin = std::io::stdin();
@@ -528,12 +544,12 @@ fn read_secret(env: Option<&str>, file: Option<&std::path::Path>) -> Result<Secr
         stdin
             .lock()
             .read_line(&mut line)
-            .map_err(|e| HostError::Invalid(format!("cannot read the secret from stdin: {e}")))?;
+            .map_err(|e| CliError::Usage(format!("cannot read the secret from stdin: {e}")))?;
         line
     };
     let secret = raw.trim_end_matches(['\r', '\n']).to_string();
     if secret.is_empty() {
-        return Err(HostError::Invalid("the secret is empty".into()));
+        return Err(CliError::Usage("the secret is empty".into()));
     }
     Ok(Secret::new(secret))
 }

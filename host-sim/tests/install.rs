@@ -69,7 +69,7 @@ fn a_verified_release_is_installed_listed_and_reported_step_by_step() {
     // Installing again is a conflict; upgrading something absent is not found.
     assert!(matches!(
         install_error(&env, &dir),
-        InstallError::State(host_sim::state::StateError::Conflict(_))
+        InstallError::State(host_sim::state::StateError::AlreadyInstalled { .. })
     ));
 }
 
@@ -278,7 +278,9 @@ fn upgrade_needs_a_new_approval_and_uninstall_removes_grants() {
     assert!(matches!(gone.result, Err(InvokeError::NotGranted { .. })));
     assert!(matches!(
         env.host.grant(EXTENSION, "p1"),
-        Err(HostError::State(host_sim::state::StateError::NotFound(_)))
+        Err(HostError::State(
+            host_sim::state::StateError::NotInstalled { .. }
+        ))
     ));
     // Upgrading an extension that is not installed is refused.
     assert!(env.host.upgrade_release(&missing, &mut |_| {}).is_err());

@@ -33,6 +33,52 @@ fn a_granted_extension_reads_and_writes_its_project_documents() {
 }
 
 #[test]
+fn a_document_is_read_by_collection_and_id_within_the_declared_collections() {
+    let env = TestEnv::new();
+    let token = env.ready("p1");
+    let written = env.invoke(
+        &token,
+        "p1",
+        "docs.write",
+        json!({ "collection": "leak", "id": "Note-1", "body": ["a"] }),
+    );
+    assert_eq!(code(&written), "ok", "{:?}", written.result);
+    let get = |collection: &str, id: &str| {
+        env.invoke(
+            &token,
+            "p1",
+            "docs.get",
+            json!({ "collection": collection, "id": id }),
+        )
+    };
+    let found = get("leak", "Note-1").result.unwrap();
+    assert_eq!(
+        found["document"],
+        json!({ "collection": "leak", "id": "Note-1", "revision": 1, "body": ["a"] })
+    );
+    assert_eq!(
+        get("items", "Note-1").result.unwrap()["document"],
+        json!(null)
+    );
+    let undeclared = get("secrets", "Note-1");
+    match &undeclared.result {
+        Err(InvokeError::Action { code, message }) => {
+            assert_eq!(code, "document_denied");
+            assert!(message.contains("not declared"), "{message}");
+        }
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    let traversal = get("leak", "../p2");
+    assert_eq!(code(&traversal), "document_invalid");
+    let missing_field = env.invoke(&token, "p1", "docs.get", json!({ "id": "x" }));
+    assert_eq!(
+        code(&missing_field),
+        "invalid_input",
+        "the schema requires it"
+    );
+}
+
+#[test]
 fn the_context_names_project_request_and_public_settings_only() {
     let env = TestEnv::new();
     let token = env.ready("p1");
@@ -58,10 +104,7 @@ fn an_unknown_or_expired_token_is_unauthenticated() {
     let invocation = env.invoke("hst_not-a-token", "p1", "docs.read_one", json!({}));
     assert_eq!(invocation.result, Err(InvokeError::Unauthenticated));
     let error = invocation.result.unwrap_err();
-    assert_eq!(
-        (error.code(), error.http_status()),
-        ("unauthenticated", 401)
-    );
+    assert_eq!((error.code(), status(&error)), ("unauthenticated", 401));
 }
 
 #[test]
@@ -85,7 +128,7 @@ fn a_caller_without_current_project_access_is_forbidden() {
     let after = env.invoke(&token, "p1", "docs.read_one", json!({}));
     let error = after.result.unwrap_err();
     assert!(matches!(error, InvokeError::NoProjectAccess { .. }));
-    assert_eq!((error.code(), error.http_status()), ("forbidden", 403));
+    assert_eq!((error.code(), status(&error)), ("forbidden", 403));
     assert!(
         error.to_string().contains("no access to project p1"),
         "{error}"
@@ -100,7 +143,7 @@ fn an_extension_without_a_grant_is_forbidden() {
     let invocation = env.invoke(&token, "p1", "docs.read_one", json!({}));
     let error = invocation.result.unwrap_err();
     assert!(matches!(error, InvokeError::NotGranted { .. }), "{error:?}");
-    assert_eq!(error.http_status(), 403);
+    assert_eq!(status(&error), 403);
     assert!(
         error.to_string().contains("not granted to project p1"),
         "{error}"
@@ -140,7 +183,7 @@ fn an_action_whose_capability_is_not_approved_is_forbidden() {
             capability: "http:provider".into()
         }
     );
-    assert_eq!(error.http_status(), 403);
+    assert_eq!(status(&error), 403);
     // The three forbidden refusals say different things.
     assert!(error.to_string().contains("not approved"));
 
@@ -240,10 +283,7 @@ fn every_operator_change_moves_the_generation_and_old_callers_get_409() {
             },
             "{what}"
         );
-        assert_eq!(
-            (error.code(), error.http_status()),
-            ("stale_generation", 409)
-        );
+        assert_eq!((error.code(), status(&error)), ("stale_generation", 409));
         let fresh = env.invoke_at(&token, "p1", "docs.read_one", json!({}), Some(now));
         assert_eq!(code(&fresh), "ok", "{what}: {:?}", fresh.result);
         seen = now;
@@ -256,7 +296,7 @@ fn input_is_validated_against_the_manifest_schema() {
     let token = env.ready("p1");
     let invocation = env.invoke(&token, "p1", "docs.write", json!({ "body": 1 }));
     let error = invocation.result.unwrap_err();
-    assert_eq!((error.code(), error.http_status()), ("invalid_input", 422));
+    assert_eq!((error.code(), status(&error)), ("invalid_input", 422));
     assert!(error.to_string().contains("id"), "{error}");
     let extra = env.invoke(&token, "p1", "docs.read_one", json!({ "unexpected": true }));
     assert_eq!(code(&extra), "invalid_input");

@@ -27,9 +27,9 @@ fn assert_no_secret(secret: &str, env: &TestEnv, project: &str, invocation: &hos
         "JSON leaks the secret"
     );
     assert!(!logs().contains(secret), "the host log leaks the secret");
-    for (_, _, _, doc) in env.host.state().documents(project).unwrap() {
+    for stored in env.host.state().documents(project).unwrap() {
         assert!(
-            !doc.body.contains(secret),
+            !stored.document.body.contains(secret),
             "a stored document leaks the secret"
         );
     }
@@ -83,7 +83,7 @@ fn an_endless_loop_is_stopped_at_the_deadline_while_other_invocations_run() {
         "{error:?}"
     );
     assert!(error.to_string().contains("deadline"), "{error}");
-    assert_eq!(error.http_status(), 429);
+    assert_eq!(status(&error), 429);
     assert!(elapsed >= env.limits.deadline, "{elapsed:?}");
     assert!(
         elapsed < env.limits.deadline + Duration::from_secs(2),
@@ -264,7 +264,7 @@ fn an_echoed_secret_is_redacted_before_the_guest_sees_it() {
     let docs = env.host.state().documents("p1").unwrap();
     assert!(
         docs.iter()
-            .any(|(_, c, _, d)| c == "leak" && d.body.contains("[redacted]"))
+            .any(|d| d.collection == "leak" && d.document.body.contains("[redacted]"))
     );
     assert_no_secret(&provider.secret, &env, "p1", &invocation);
 }
@@ -389,7 +389,7 @@ fn when_every_sandbox_slot_is_busy_the_caller_is_told_to_retry() {
         ),
         "{error:?}"
     );
-    assert_eq!(error.http_status(), 429);
+    assert_eq!(status(&error), 429);
     assert_eq!(code(&busy.join().unwrap()), "limit_exceeded");
     assert_eq!(
         code(&env.invoke(&token, "p1", "docs.read_one", json!({}))),

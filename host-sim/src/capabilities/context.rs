@@ -1,60 +1,99 @@
-//! The invocation context and the guest log. Not capabilities an operator
-//! approves: every extension gets them. Both count against the host-call
-//! budget; the context holds no secret, and every log line is redacted
-//! against the project's binding secrets before it reaches the host log.
+//! The invocation context (`platform:extension/context`): project id,
+//! request id, action and the project's public settings. Not a capability
+//! an operator approves: every extension gets it. It counts against the
+//! host-call budget and holds no secret.
 
+use wasmtime::component::{HasData, Linker};
+
+use super::checks::CallChecks;
 use crate::bindings::platform::extension::context::{self, Invocation, ProjectSettings};
-use crate::bindings::platform::extension::log::{self, Level};
-use crate::runtime::InvocationState;
+use crate::state;
 
-/// Longest guest log line kept.
-const MAX_LOG_LINE: usize = 4096;
+/// What the context reports besides the scope: the project's public
+/// settings, set when an invocation takes its store.
+#[derive(Debug, Clone, Default)]
+pub struct ContextCtx {
+    pub settings: state::ProjectSettings,
+    /// Public origin of the project's provider binding, if bound.
+    pub provider_origin: Option<String>,
+}
 
-impl context::Host for InvocationState {
+/// The context and the checks, borrowed from the store's data.
+pub struct ContextCtxView<'a> {
+    pub ctx: &'a ContextCtx,
+    pub checks: &'a mut CallChecks,
+}
+
+/// Store data that can lend the context capability its parts.
+pub trait ContextView: Send {
+    fn context(&mut self) -> ContextCtxView<'_>;
+}
+
+struct HasContext;
+
+impl HasData for HasContext {
+    type Data<'a> = ContextCtxView<'a>;
+}
+
+/// Adds `platform:extension/context` to `linker`.
+pub fn add_to_linker<T: ContextView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    context::add_to_linker::<T, HasContext>(linker, T::context)
+}
+
+/// The invocation as the guest sees it.
+pub fn current(view: ContextCtxView<'_>) -> wasmtime::Result<Invocation> {
+    view.checks.charge_host_call()?;
+    let scope = view.checks.scope();
+    Ok(Invocation {
+        project_id: scope.project_id.clone(),
+        request_id: scope.request_id.clone(),
+        action: scope.action.clone(),
+        settings: ProjectSettings {
+            provider_origin: view.ctx.provider_origin.clone(),
+            tracking_origin: view.ctx.settings.tracking_origin.clone(),
+        },
+    })
+}
+
+impl context::Host for ContextCtxView<'_> {
     fn current(&mut self) -> wasmtime::Result<Invocation> {
-        self.charge_host_call()?;
-        let scope = &self.scope;
-        Ok(Invocation {
-            project_id: scope.project_id.clone(),
-            request_id: scope.request_id.clone(),
-            action: scope.action.clone(),
-            settings: ProjectSettings {
-                provider_origin: scope.provider_origin.clone(),
-                tracking_origin: scope.settings.tracking_origin.clone(),
-            },
+        current(ContextCtxView {
+            ctx: self.ctx,
+            checks: self.checks,
         })
     }
 }
 
-impl log::Host for InvocationState {
-    fn write(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        self.charge_host_call()?;
-        let mut message = self.redact(message);
-        if message.len() > MAX_LOG_LINE {
-            let mut cut = MAX_LOG_LINE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push('…');
-        }
-        let scope = &self.scope;
-        let (request_id, extension, project) =
-            (&scope.request_id, &scope.extension_id, &scope.project_id);
-        match level {
-            Level::Debug => {
-                tracing::debug!(target: "host_sim::guest", %request_id, %extension, %project, "{message}")
-            }
-            Level::Info => {
-                tracing::info!(target: "host_sim::guest", %request_id, %extension, %project, "{message}")
-            }
-            Level::Warn => {
-                tracing::warn!(target: "host_sim::guest", %request_id, %extension, %project, "{message}")
-            }
-            Level::Error => {
-                tracing::error!(target: "host_sim::guest", %request_id, %extension, %project, "{message}")
-            }
-        }
-        Ok(())
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{Fixture, PROJECT};
+    use super::*;
+
+    #[test]
+    fn the_context_reports_scope_and_public_settings_and_costs_a_host_call() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks_with_budget(1);
+        let ctx = ContextCtx {
+            settings: state::ProjectSettings {
+                tracking_origin: Some("https://t.example".into()),
+            },
+            provider_origin: Some("https://provider.example".into()),
+        };
+        let invocation = current(ContextCtxView {
+            ctx: &ctx,
+            checks: &mut checks,
+        })
+        .unwrap();
+        assert_eq!(invocation.project_id, PROJECT);
+        assert_eq!(invocation.request_id, "request-1");
+        assert_eq!(
+            invocation.settings.tracking_origin.as_deref(),
+            Some("https://t.example")
+        );
+        let over = current(ContextCtxView {
+            ctx: &ctx,
+            checks: &mut checks,
+        });
+        assert!(over.is_err(), "the second call is over the budget of one");
     }
 }

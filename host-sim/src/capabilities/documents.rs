@@ -4,22 +4,67 @@
 //!   collections the extension uses.
 //! - **Granted** per invocation: the extension's grant to the project and
 //!   the approval of `documents` for the installed release.
-//! - **Implemented** by [`documents::Host`] below; the scope (project and
-//!   extension) comes from the invocation, never from the guest.
+//! - **Implemented** by [`documents::Host`] below on [`DocumentsCtxView`];
+//!   the scope (project and extension) comes from the invocation, never
+//!   from the guest.
 //! - **Enforced** in exactly one function, [`authorize`].
 
+use std::sync::Arc;
+
+use wasmtime::component::{HasData, Linker};
+
+use super::checks::CallChecks;
 use crate::bindings::platform::extension::documents::{
     self, Document, DocumentError, Precondition,
 };
-use crate::runtime::InvocationState;
 use crate::spec::DOCUMENTS;
-use crate::state::{Condition, DocumentScope, WriteOutcome};
+use crate::state::{Condition, DocumentScope, State, WriteOutcome};
 
 /// Longest collection name or document id.
 const MAX_NAME: usize = 128;
 
-/// A call that passed [`authorize`].
-pub(crate) struct AuthorizedAccess {
+/// The document capability's part of a store: where documents live and
+/// how large one may be.
+pub struct DocumentsCtx {
+    state: Arc<State>,
+    max_document_bytes: usize,
+}
+
+impl DocumentsCtx {
+    pub fn new(state: Arc<State>, max_document_bytes: usize) -> Self {
+        Self {
+            state,
+            max_document_bytes,
+        }
+    }
+}
+
+/// The capability's context and the invocation's checks, borrowed from the
+/// store's data.
+pub struct DocumentsCtxView<'a> {
+    pub ctx: &'a mut DocumentsCtx,
+    pub checks: &'a mut CallChecks,
+}
+
+/// Store data that can lend the document capability its parts.
+pub trait DocumentsView: Send {
+    fn documents(&mut self) -> DocumentsCtxView<'_>;
+}
+
+struct HasDocuments;
+
+impl HasData for HasDocuments {
+    type Data<'a> = DocumentsCtxView<'a>;
+}
+
+/// Adds `platform:extension/documents` to `linker`.
+pub fn add_to_linker<T: DocumentsView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    documents::add_to_linker::<T, HasDocuments>(linker, T::documents)
+}
+
+/// A call that passed [`authorize`]: the invoking project and extension.
+#[derive(Debug)]
+pub struct AuthorizedAccess {
     project_id: String,
     extension_id: String,
 }
@@ -36,16 +81,18 @@ impl AuthorizedAccess {
 /// The one place that decides whether a document call may touch the store:
 /// budget, grant (now), approval of `documents`, a declared collection and
 /// well-formed names. The scope is the invoking project, whatever the guest
-/// passes.
-pub(crate) fn authorize(
-    state: &mut InvocationState,
+/// passes. `Err` ends the invocation (the budget); `Ok(Err)` is the
+/// refusal the guest gets.
+pub fn authorize(
+    checks: &mut CallChecks,
     collection: &str,
     id: &str,
 ) -> wasmtime::Result<Result<AuthorizedAccess, DocumentError>> {
-    state.charge_host_call()?;
-    let scope = state.scope.clone();
-    let (granted, approved) = match state.call_time_check(DOCUMENTS, None) {
-        Ok(now) => (now.granted, now.approved),
+    checks.charge_host_call()?;
+    let now = checks.at_call_time(DOCUMENTS, None);
+    let scope = checks.scope_arc();
+    let now = match now {
+        Ok(now) => now,
         Err(e) => {
             tracing::error!(request_id = %scope.request_id, error = %e, "documents: state unavailable");
             return Ok(Err(DocumentError::Unavailable(
@@ -53,8 +100,8 @@ pub(crate) fn authorize(
             )));
         }
     };
-    if !granted {
-        state.grant_revoked = true;
+    if !now.granted {
+        checks.revoke();
         return Ok(Err(refuse(
             &scope.request_id,
             DocumentError::Denied(format!(
@@ -63,7 +110,7 @@ pub(crate) fn authorize(
             )),
         )));
     }
-    if !approved {
+    if !now.approved {
         return Ok(Err(refuse(
             &scope.request_id,
             DocumentError::Denied("capability documents is not approved".into()),
@@ -137,25 +184,29 @@ fn unavailable(request_id: &str, error: impl std::fmt::Display) -> DocumentError
     DocumentError::Unavailable("the document store failed".into())
 }
 
-impl documents::Host for InvocationState {
+impl documents::Host for DocumentsCtxView<'_> {
     fn get(
         &mut self,
         collection: String,
         id: String,
     ) -> wasmtime::Result<Result<Option<Document>, DocumentError>> {
-        let access = match authorize(self, &collection, &id)? {
+        let access = match authorize(self.checks, &collection, &id)? {
             Ok(access) => access,
             Err(refusal) => return Ok(Err(refusal)),
         };
         Ok(
-            match self.state.document_cached(access.scope(), &collection, &id) {
+            match self
+                .ctx
+                .state
+                .document_cached(access.scope(), &collection, &id)
+            {
                 Ok(document) => Ok(document.map(|d| Document {
                     collection,
                     id,
                     revision: d.revision,
                     body: d.body,
                 })),
-                Err(e) => Err(unavailable(&self.scope.request_id, e)),
+                Err(e) => Err(unavailable(&self.checks.scope().request_id, e)),
             },
         )
     }
@@ -167,14 +218,14 @@ impl documents::Host for InvocationState {
         body: String,
         precondition: Precondition,
     ) -> wasmtime::Result<Result<u64, DocumentError>> {
-        let access = match authorize(self, &collection, &id)? {
+        let access = match authorize(self.checks, &collection, &id)? {
             Ok(access) => access,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        if body.len() > self.limits.max_document_bytes {
+        if body.len() > self.ctx.max_document_bytes {
             return Ok(Err(DocumentError::LimitExceeded(format!(
                 "a document is at most {} bytes",
-                self.limits.max_document_bytes
+                self.ctx.max_document_bytes
             ))));
         }
         if serde_json::from_str::<serde::de::IgnoredAny>(&body).is_err() {
@@ -183,9 +234,9 @@ impl documents::Host for InvocationState {
             )));
         }
         // Defence in depth: a secret never lands in a stored document.
-        let body = self.redact(body);
+        let body = self.checks.redact(body);
         Ok(
-            match self.state.put_document(
+            match self.ctx.state.put_document(
                 access.scope(),
                 &collection,
                 &id,
@@ -194,7 +245,7 @@ impl documents::Host for InvocationState {
             ) {
                 Ok(WriteOutcome::Done(revision)) => Ok(revision),
                 Ok(WriteOutcome::Conflict(stored)) => Err(DocumentError::Conflict(stored)),
-                Err(e) => Err(unavailable(&self.scope.request_id, e)),
+                Err(e) => Err(unavailable(&self.checks.scope().request_id, e)),
             },
         )
     }
@@ -205,12 +256,12 @@ impl documents::Host for InvocationState {
         id: String,
         precondition: Precondition,
     ) -> wasmtime::Result<Result<bool, DocumentError>> {
-        let access = match authorize(self, &collection, &id)? {
+        let access = match authorize(self.checks, &collection, &id)? {
             Ok(access) => access,
             Err(refusal) => return Ok(Err(refusal)),
         };
         Ok(
-            match self.state.delete_document(
+            match self.ctx.state.delete_document(
                 access.scope(),
                 &collection,
                 &id,
@@ -218,7 +269,7 @@ impl documents::Host for InvocationState {
             ) {
                 Ok(WriteOutcome::Done(deleted)) => Ok(deleted),
                 Ok(WriteOutcome::Conflict(stored)) => Err(DocumentError::Conflict(stored)),
-                Err(e) => Err(unavailable(&self.scope.request_id, e)),
+                Err(e) => Err(unavailable(&self.checks.scope().request_id, e)),
             },
         )
     }
@@ -226,7 +277,15 @@ impl documents::Host for InvocationState {
 
 #[cfg(test)]
 mod tests {
-    use super::check_name;
+    use super::super::testing::{DIGEST, EXTENSION, Fixture, PROJECT, SECRET};
+    use super::*;
+
+    fn denied(outcome: wasmtime::Result<Result<AuthorizedAccess, DocumentError>>) -> String {
+        match outcome.unwrap() {
+            Err(DocumentError::Denied(message)) => message,
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
 
     #[test]
     fn names_cannot_traverse() {
@@ -239,5 +298,88 @@ mod tests {
             assert!(check_name("collection", good).is_ok(), "{good}");
         }
         assert!(check_name("id", "Website-1").is_ok());
+    }
+
+    #[test]
+    fn a_declared_collection_is_authorized_for_the_invoking_project_only() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let access = authorize(&mut checks, "items", "one").unwrap().unwrap();
+        assert_eq!(access.scope().project_id, PROJECT);
+        assert_eq!(access.scope().extension_id, EXTENSION);
+        let undeclared = denied(authorize(&mut checks, "other", "one"));
+        assert!(undeclared.contains("not declared"), "{undeclared}");
+        assert!(matches!(
+            authorize(&mut checks, "items", "../p2").unwrap(),
+            Err(DocumentError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_revoked_grant_refuses_the_call_and_voids_the_invocation() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        authorize(&mut checks, "items", "one").unwrap().unwrap();
+        fixture.state.revoke(EXTENSION, PROJECT).unwrap();
+        let message = denied(authorize(&mut checks, "items", "one"));
+        assert!(message.contains("not granted"), "{message}");
+        assert!(checks.grant_revoked());
+    }
+
+    #[test]
+    fn a_withdrawn_approval_refuses_the_call() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        fixture
+            .state
+            .set_approval(EXTENSION, DIGEST, &[DOCUMENTS.into()], false)
+            .unwrap();
+        let message = denied(authorize(&mut checks, "items", "one"));
+        assert!(message.contains("not approved"), "{message}");
+        assert!(!checks.grant_revoked());
+    }
+
+    #[test]
+    fn every_call_counts_against_the_budget() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks_with_budget(1);
+        authorize(&mut checks, "items", "one").unwrap().unwrap();
+        assert!(authorize(&mut checks, "items", "one").is_err());
+    }
+
+    #[test]
+    fn a_stored_body_is_redacted_and_revisions_are_compared() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let mut ctx = DocumentsCtx::new(fixture.state.clone(), 64);
+        let mut view = DocumentsCtxView {
+            ctx: &mut ctx,
+            checks: &mut checks,
+        };
+        use documents::Host as _;
+        let body = format!("{{\"k\":\"{SECRET}\"}}");
+        let revision = view
+            .put("items".into(), "one".into(), body, Precondition::Absent)
+            .unwrap()
+            .unwrap();
+        let stored = view.get("items".into(), "one".into()).unwrap().unwrap();
+        assert_eq!(stored.unwrap().body, r#"{"k":"[redacted]"}"#);
+        assert!(matches!(
+            view.put("items".into(), "one".into(), "1".into(), Precondition::Absent),
+            Ok(Err(DocumentError::Conflict(r))) if r == revision
+        ));
+        assert!(matches!(
+            view.put(
+                "items".into(),
+                "two".into(),
+                "x".repeat(65),
+                Precondition::None
+            ),
+            Ok(Err(DocumentError::LimitExceeded(_)))
+        ));
+        assert!(matches!(
+            view.put("items".into(), "two".into(), "{".into(), Precondition::None),
+            Ok(Err(DocumentError::Invalid(_)))
+        ));
     }
 }

@@ -25,7 +25,7 @@ use super::{
     host_query, invoke, invoke_error_response, json_response, new_request_id,
 };
 use crate::error::InvokeError;
-use crate::invoke::InvokeRequest;
+use crate::host::InvokeRequest;
 use crate::spec::ActionInfo;
 
 pub(super) fn routes(shared: Shared) -> Router {

@@ -31,7 +31,7 @@ use super::{
     new_request_id,
 };
 use crate::error::InvokeError;
-use crate::invoke::Caller;
+use crate::host::Caller;
 use crate::state::TokenAccess;
 
 const COOKIE: &str = "host_sim_console";
@@ -263,8 +263,7 @@ async fn home(State(shared): State<Shared>, headers: HeaderMap) -> Response {
 }
 
 fn problem_page(error: &InvokeError) -> Response {
-    let status =
-        StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = super::http_status(error);
     page(
         status,
         "Problem",

@@ -35,8 +35,7 @@ use super::{
     Shared, bearer, caller_access, host_query, invoke, invoke_error_response, new_request_id,
 };
 use crate::error::InvokeError;
-use crate::host::{Host, HostError};
-use crate::invoke::{Caller, InvokeRequest};
+use crate::host::{Caller, Host, HostError, InvokeRequest};
 use crate::spec::ActionInfo;
 use crate::state::TokenAccess;
 

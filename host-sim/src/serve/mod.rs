@@ -26,8 +26,8 @@ use axum::routing::get;
 use serde_json::Value;
 
 use crate::error::InvokeError;
-use crate::host::{Host, HostError};
-use crate::invoke::{Caller, Invocation, InvokeRequest};
+use crate::error::Limit;
+use crate::host::{Caller, Host, HostError, Invocation, InvokeRequest};
 use crate::state::TokenAccess;
 
 /// The header that carries the caller's runtime generation.
@@ -100,7 +100,7 @@ pub async fn run(
 
 /// A request id in the format [`Host::invoke`] uses, for answers given
 /// before an invocation starts.
-pub(crate) use crate::invoke::new_request_id;
+pub(crate) use crate::host::new_request_id;
 
 /// The bearer token of `Authorization: Bearer <token>`, if well-formed.
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<Caller> {
@@ -183,9 +183,48 @@ pub(crate) fn error_response(
     json_response(status, &body, request_id)
 }
 
+/// The HTTP status a surface answers an invocation error with.
+pub fn http_status(error: &InvokeError) -> StatusCode {
+    match error {
+        InvokeError::Unauthenticated => StatusCode::UNAUTHORIZED,
+        InvokeError::NoProjectAccess { .. }
+        | InvokeError::NotGranted { .. }
+        | InvokeError::CapabilityNotApproved { .. } => StatusCode::FORBIDDEN,
+        InvokeError::StaleGeneration { .. } => StatusCode::CONFLICT,
+        InvokeError::InvalidInput(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        InvokeError::NotInstalled { .. } | InvokeError::NoSuchAction { .. } => {
+            StatusCode::NOT_FOUND
+        }
+        InvokeError::LimitExceeded { limit, .. } => match limit {
+            Limit::InputBytes | Limit::OutputBytes | Limit::ResponseBytes => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            Limit::Deadline | Limit::Memory | Limit::HostCalls | Limit::Capacity => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+        },
+        InvokeError::Action { code, .. } => action_status(code),
+        InvokeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Statuses of the codes an extension may answer with.
+fn action_status(code: &str) -> StatusCode {
+    match code {
+        "invalid_input" => StatusCode::UNPROCESSABLE_ENTITY,
+        "not_provisioned" | "not_found" => StatusCode::NOT_FOUND,
+        "conflict" => StatusCode::CONFLICT,
+        "provider_unavailable" | "provider_rejected" => StatusCode::BAD_GATEWAY,
+        "limit_exceeded" => StatusCode::TOO_MANY_REQUESTS,
+        "unauthenticated" => StatusCode::UNAUTHORIZED,
+        "forbidden" => StatusCode::FORBIDDEN,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// The error of an invocation in the one error shape, with its status.
 pub(crate) fn invoke_error_response(error: &InvokeError, request_id: &str) -> Response {
-    let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let status = http_status(error);
     let mut body = error.to_json();
     body["request_id"] = Value::String(request_id.to_string());
     let mut response = json_response(status, &body, request_id);
@@ -212,4 +251,55 @@ pub(crate) fn json_response(status: StatusCode, body: &Value, request_id: &str) 
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_has_its_status() {
+        let not_granted = InvokeError::NotGranted {
+            extension: "e".into(),
+            project: "p".into(),
+        };
+        assert_eq!(http_status(&not_granted), StatusCode::FORBIDDEN);
+        assert_eq!(
+            http_status(&InvokeError::Unauthenticated),
+            StatusCode::UNAUTHORIZED
+        );
+        let stale = InvokeError::StaleGeneration {
+            presented: 1,
+            current: 2,
+        };
+        assert_eq!(http_status(&stale), StatusCode::CONFLICT);
+        let action = |code: &str| InvokeError::Action {
+            code: code.into(),
+            message: String::new(),
+        };
+        assert_eq!(
+            http_status(&action("not_provisioned")),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            http_status(&action("provider_rejected")),
+            StatusCode::BAD_GATEWAY
+        );
+        assert_eq!(
+            http_status(&action("made_up")),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        let limit = |limit| InvokeError::LimitExceeded {
+            limit,
+            message: String::new(),
+        };
+        assert_eq!(
+            http_status(&limit(Limit::OutputBytes)),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            http_status(&limit(Limit::Deadline)),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod guest;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -22,11 +24,9 @@ use tracing_subscriber::util::SubscriberInitExt;
 pub const EXTENSION: &str = "test-extension";
 pub const MANIFEST: &str = include_str!("../../test-extension/manifest.toml");
 
-/// The test extension's component, built by `cargo xtask guests`.
+/// The test extension's component (see [`guest`]).
 pub fn guest_component() -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests/test_extension.wasm");
-    std::fs::read(&path)
-        .unwrap_or_else(|_| panic!("run `cargo xtask guests` to build the guest components"))
+    guest::test_extension()
 }
 
 // ---- captured host log ---------------------------------------------------
@@ -373,4 +373,9 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, hook: &Mutex<Option<Hook>>,
     let _ = out.write_all(head.as_bytes());
     let _ = out.write_all(&body);
     let _ = out.flush();
+}
+
+/// The HTTP status `host-sim serve` answers an invocation error with.
+pub fn status(error: &host_sim::InvokeError) -> u16 {
+    host_sim::serve::http_status(error).as_u16()
 }

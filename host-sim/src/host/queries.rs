@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
+use super::{Caller, Host, HostError, IssuedToken};
 use crate::error::InvokeError;
-use crate::host::{Host, HostError, IssuedToken};
-use crate::invoke::Caller;
 use crate::spec::ActionInfo;
-use crate::state::TokenAccess;
+use crate::state::{self, TokenAccess};
 
 /// Longest lifetime of a console session token.
 pub const MAX_SESSION_TTL: Duration = Duration::from_secs(3600);
@@ -34,9 +33,7 @@ impl Host {
         let Some(stored) = self.state.release(extension)? else {
             return Ok(None);
         };
-        let release = self
-            .loaded_release(extension, &stored.digest)
-            .map_err(|e| HostError::Runtime(e.to_string()))?;
+        let release = self.pool.release(extension, &stored.digest)?;
         Ok(Some(
             release
                 .spec
@@ -80,7 +77,7 @@ impl Host {
             return Ok(None);
         };
         let manifest = extension_release::Manifest::from_toml(&stored.manifest)
-            .map_err(|e| HostError::Invalid(format!("stored manifest: {e}")))?;
+            .map_err(|e| HostError::StoredManifest(e.to_string()))?;
         Ok(manifest
             .panel
             .map(|panel| match panel.entry.rsplit_once('/') {
@@ -117,7 +114,7 @@ impl Host {
             });
         }
         // Never outlive the caller's own token.
-        let remaining = (access.expires_at - crate::state::now_secs()).max(1) as u64;
+        let remaining = (access.expires_at - state::now_secs()).max(1) as u64;
         let ttl = ttl.min(MAX_SESSION_TTL).min(Duration::from_secs(remaining));
         let _ = self.state.prune_expired_tokens(3600);
         let token = self

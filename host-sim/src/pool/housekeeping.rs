@@ -8,7 +8,8 @@
 //! an invocation hands its finished store here instead of dropping it and
 //! says which (release, project, generation) it ran; the next binding wait,
 //! on whichever thread, drops the handed-over stores and prepares one fresh
-//! store of that key (see `capabilities::http::send`).
+//! store of that key: the housekeeping is the [`BindingWait`] of every
+//! store's HTTP capability.
 //!
 //! What does not change: every invocation gets a store and instance that no
 //! guest code has run in, from the cached `InstancePre` of its own key (the
@@ -28,10 +29,12 @@ use std::sync::{Arc, Mutex};
 
 use wasmtime::{Engine, Store};
 
+use super::PreKey;
 use crate::bindings::{ManagedExtension, ManagedExtensionPre};
-use crate::capabilities::http::BindingClient;
-use crate::host::PreKey;
-use crate::runtime::{self, InvocationScope, InvocationState, SandboxLimits};
+use crate::capabilities::InvocationScope;
+use crate::capabilities::http::{BindingClient, BindingWait};
+use crate::limits::SandboxLimits;
+use crate::sandbox::{self, StoreData};
 use crate::state::{State, lock};
 
 /// Finished stores kept for a later wait; past this, the one handing a
@@ -40,9 +43,9 @@ use crate::state::{State, lock};
 const MAX_RETIRED: usize = 4;
 
 /// A store instantiated ahead of its invocation.
-pub(crate) struct Prepared {
+pub struct Prepared {
     pub key: PreKey,
-    pub store: Store<InvocationState>,
+    pub store: Store<StoreData>,
     pub instance: ManagedExtension,
 }
 
@@ -51,16 +54,16 @@ pub(crate) struct Prepared {
 /// action, no binding origin).
 struct Wanted {
     key: PreKey,
-    pre: ManagedExtensionPre<InvocationState>,
+    pre: ManagedExtensionPre<StoreData>,
     scope: Arc<InvocationScope>,
 }
 
-pub(crate) struct Housekeeping {
+pub struct Housekeeping {
     engine: Engine,
     state: Arc<State>,
     client: BindingClient,
     limits: Arc<SandboxLimits>,
-    retired: Mutex<Vec<Store<InvocationState>>>,
+    retired: Mutex<Vec<Store<StoreData>>>,
     prepared: Mutex<Option<Prepared>>,
     wanted: Mutex<Option<Wanted>>,
     /// Held while one wait prepares, so two waits do not both instantiate.
@@ -74,7 +77,7 @@ pub(crate) struct Housekeeping {
 }
 
 /// An invocation under way (see [`Housekeeping::enter`]).
-pub(crate) struct InFlight<'a>(&'a AtomicUsize);
+pub struct InFlight<'a>(&'a AtomicUsize);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
@@ -149,16 +152,11 @@ impl Housekeeping {
     /// A new store holding `scope`, and an instance of `pre` in it.
     pub fn instantiate(
         &self,
-        pre: &ManagedExtensionPre<InvocationState>,
+        pre: &ManagedExtensionPre<StoreData>,
         scope: Arc<InvocationScope>,
-    ) -> wasmtime::Result<(Store<InvocationState>, ManagedExtension)> {
-        let data = InvocationState::new(
-            scope,
-            self.state.clone(),
-            self.client.clone(),
-            self.limits.clone(),
-        );
-        let mut store = runtime::new_store(&self.engine, data, self.limits.deadline_ticks());
+    ) -> wasmtime::Result<(Store<StoreData>, ManagedExtension)> {
+        let data = StoreData::new(scope, self.state.clone(), self.client.clone(), &self.limits);
+        let mut store = sandbox::new_store(&self.engine, data, self.limits.deadline_ticks());
         let instance = pre.instantiate(&mut store)?;
         Ok((store, instance))
     }
@@ -182,7 +180,7 @@ impl Housekeeping {
     pub fn want(
         &self,
         key: PreKey,
-        pre: ManagedExtensionPre<InvocationState>,
+        pre: ManagedExtensionPre<StoreData>,
         scope: Arc<InvocationScope>,
     ) {
         let stale = self.take_prepared_if(|p| p.key != key);
@@ -204,7 +202,7 @@ impl Housekeeping {
 
     /// Takes a finished store; it is dropped in a later wait (or now, when
     /// the host is busy).
-    pub fn retire(&self, store: Store<InvocationState>) {
+    pub fn retire(&self, store: Store<StoreData>) {
         if self.busy() {
             drop(store);
             return;
@@ -263,5 +261,11 @@ impl Housekeeping {
             instance,
         });
         drop(stale);
+    }
+}
+
+impl BindingWait for Housekeeping {
+    fn while_waiting(&self) {
+        self.run();
     }
 }

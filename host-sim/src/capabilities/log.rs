@@ -1,0 +1,93 @@
+//! The guest log (`platform:extension/log`). Every extension gets it; each
+//! line counts against the host-call budget, is redacted of the project's
+//! binding secrets and cut to [`MAX_LOG_LINE`] bytes before it reaches the
+//! host log (target `host_sim::guest`).
+
+use wasmtime::component::{HasData, Linker};
+
+use super::checks::CallChecks;
+use crate::bindings::platform::extension::log::{self, Level};
+
+/// Longest guest log line kept.
+pub const MAX_LOG_LINE: usize = 4096;
+
+/// The log has no state of its own: it writes through the checks.
+pub struct LogCtxView<'a> {
+    pub checks: &'a mut CallChecks,
+}
+
+/// Store data that can lend the log capability its parts.
+pub trait LogView: Send {
+    fn log(&mut self) -> LogCtxView<'_>;
+}
+
+struct HasLog;
+
+impl HasData for HasLog {
+    type Data<'a> = LogCtxView<'a>;
+}
+
+/// Adds `platform:extension/log` to `linker`.
+pub fn add_to_linker<T: LogView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    log::add_to_linker::<T, HasLog>(linker, T::log)
+}
+
+/// The line as it goes to the host log: redacted, at most [`MAX_LOG_LINE`]
+/// bytes (cut on a character boundary, marked with `…`).
+pub fn line(checks: &mut CallChecks, message: String) -> String {
+    let mut message = checks.redact(message);
+    if message.len() > MAX_LOG_LINE {
+        let mut cut = MAX_LOG_LINE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
+}
+
+impl log::Host for LogCtxView<'_> {
+    fn write(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        self.checks.charge_host_call()?;
+        let message = line(self.checks, message);
+        let scope = self.checks.scope();
+        let (request_id, extension, project) =
+            (&scope.request_id, &scope.extension_id, &scope.project_id);
+        match level {
+            Level::Debug => {
+                tracing::debug!(target: "host_sim::guest", %request_id, %extension, %project, "{message}")
+            }
+            Level::Info => {
+                tracing::info!(target: "host_sim::guest", %request_id, %extension, %project, "{message}")
+            }
+            Level::Warn => {
+                tracing::warn!(target: "host_sim::guest", %request_id, %extension, %project, "{message}")
+            }
+            Level::Error => {
+                tracing::error!(target: "host_sim::guest", %request_id, %extension, %project, "{message}")
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{Fixture, SECRET};
+    use super::*;
+
+    #[test]
+    fn a_line_is_redacted_and_cut_on_a_character_boundary() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        assert_eq!(
+            line(&mut checks, format!("token={SECRET}")),
+            "token=[redacted]"
+        );
+        let long = "é".repeat(MAX_LOG_LINE);
+        let cut = line(&mut checks, long);
+        assert!(cut.len() <= MAX_LOG_LINE + '…'.len_utf8());
+        assert!(cut.ends_with('…'));
+    }
+}

@@ -1,0 +1,138 @@
+//! [`Host`]: the facade every surface and the CLI use. It opens the
+//! operator state, the sandbox and the instance pool over a state
+//! directory, and offers the operator's actions ([`operator`]), the one
+//! invocation function ([`Host::invoke`], [`invoke`]) and what the surfaces
+//! ask besides invoking ([`queries`]). Its fields are private: everything
+//! below it is reached through these methods.
+
+mod invoke;
+mod operator;
+mod queries;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub(crate) use invoke::new_request_id;
+pub use invoke::{Caller, Invocation, InvokeRequest};
+pub use operator::{InvalidInput, IssuedToken};
+pub use queries::{MAX_SESSION_TTL, PanelSession};
+
+use crate::capabilities::http::client;
+use crate::limits::SandboxLimits;
+use crate::pool::{InstancePool, LoadError, SandboxStats};
+use crate::sandbox::{self, EpochTicker};
+use crate::state::{self, State, StateError};
+use crate::verify::InstallError;
+
+/// Where the host keeps its state and how it sandboxes extensions.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Holds the database (unless `db_path` says otherwise) and, by
+    /// default, the trusted publisher keys.
+    pub state_dir: PathBuf,
+    /// The SQLite file; default `<state_dir>/host-sim.sqlite3`.
+    pub db_path: Option<PathBuf>,
+    /// Directory of trusted publisher keys (`*.pub`); default
+    /// `<state_dir>/trusted-publishers`.
+    pub trust_dir: Option<PathBuf>,
+    pub limits: SandboxLimits,
+}
+
+impl HostConfig {
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            db_path: None,
+            trust_dir: None,
+            limits: SandboxLimits::default(),
+        }
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.db_path
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join(state::DB_FILE))
+    }
+
+    pub fn trust_dir(&self) -> PathBuf {
+        self.trust_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("trusted-publishers"))
+    }
+}
+
+/// Errors of the operator's operations and the surfaces' queries.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Install(#[from] InstallError),
+    /// An operator's value breaks a rule (the message names both).
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    #[error("{extension} is not installed")]
+    NotInstalled { extension: String },
+    /// The installed release could not be prepared for invocations.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("the stored manifest does not parse: {0}")]
+    StoredManifest(String),
+    #[error("the sandbox could not start: {0}")]
+    Sandbox(String),
+}
+
+/// The host. `Send + Sync`: share it as `Arc<Host>`.
+pub struct Host {
+    state: Arc<State>,
+    pool: InstancePool,
+    limits: Arc<SandboxLimits>,
+    trust_dir: PathBuf,
+    _ticker: EpochTicker,
+}
+
+impl Host {
+    /// Opens (creating and migrating) the state, builds the pooled engine
+    /// and starts its epoch ticker (stopped when the host is dropped).
+    pub fn open(config: HostConfig) -> Result<Self, HostError> {
+        let sandbox_error = |e: &dyn std::fmt::Display| HostError::Sandbox(e.to_string());
+        let state = Arc::new(State::open(&config.db_path())?);
+        let limits = Arc::new(config.limits.clone());
+        let engine = sandbox::engine(&limits, true).map_err(|e| sandbox_error(&e))?;
+        let ticker =
+            EpochTicker::start(&engine, limits.epoch_tick).map_err(|e| sandbox_error(&e))?;
+        let client = client().map_err(|e| HostError::Sandbox(format!("HTTP client: {e}")))?;
+        let pool = InstancePool::new(engine, state.clone(), client, limits.clone())
+            .map_err(|e| sandbox_error(&e))?;
+        Ok(Self {
+            state,
+            pool,
+            limits,
+            trust_dir: config.trust_dir(),
+            _ticker: ticker,
+        })
+    }
+
+    /// What the sandbox housekeeping has done (see `ARCHITECTURE.md`,
+    /// "Store housekeeping in the waits").
+    pub fn sandbox_stats(&self) -> SandboxStats {
+        self.pool.stats()
+    }
+
+    /// The operator state (read access for tools and tests).
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn limits(&self) -> &SandboxLimits {
+        &self.limits
+    }
+
+    pub fn engine(&self) -> &wasmtime::Engine {
+        self.pool.engine()
+    }
+
+    pub fn trust_dir(&self) -> &Path {
+        &self.trust_dir
+    }
+}

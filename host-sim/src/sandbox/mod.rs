@@ -1,0 +1,157 @@
+//! The sandbox: one pooled engine, an epoch ticker, the linker with exactly
+//! the host interfaces of `platform:extension@0.1.0` (each registered by its
+//! capability module) plus WASI without preopens, environment, arguments or
+//! network, and a fresh store per invocation ([`StoreData`]) with a memory
+//! limit, an epoch deadline and a host-call budget.
+
+mod store;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
+    Trap,
+};
+
+pub use store::StoreData;
+
+use crate::capabilities::{context, documents, http, log};
+use crate::error::{InvokeError, Limit, LimitTrap};
+use crate::limits::SandboxLimits;
+use crate::spec::ExtensionSpec;
+
+/// Builds the engine: Cranelift, component model, epoch interruption and
+/// (when `pooled`) the pooling allocator sized by `limits`.
+pub fn engine(limits: &SandboxLimits, pooled: bool) -> wasmtime::Result<Engine> {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    if std::env::var_os("HOST_SIM_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+    if pooled {
+        let n = limits.max_instances.max(1);
+        let mut pool = PoolingAllocationConfig::new();
+        // Totals are `n` times the per-component maxima, so `n` instances
+        // of any accepted component fit at once.
+        pool.total_component_instances(n)
+            .total_core_instances(n * 16)
+            .total_memories(n * 4)
+            .total_tables(n * 16)
+            .max_core_instances_per_component(16)
+            .max_memories_per_component(4)
+            .max_tables_per_component(16)
+            .max_memory_size(limits.memory_bytes)
+            .linear_memory_keep_resident(limits.memory_bytes)
+            .table_keep_resident(1 << 20)
+            .pagemap_scan(wasmtime::Enabled::Auto);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    Engine::new(&config)
+}
+
+/// Advances an engine's epoch every `tick` until dropped; this is what turns
+/// an invocation's epoch deadline into wall time.
+pub struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    pub fn start(engine: &Engine, tick: Duration) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let weak = engine.weak();
+        let thread = std::thread::Builder::new()
+            .name("host-sim-epoch".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(tick);
+                        match weak.upgrade() {
+                            Some(engine) => engine.increment_epoch(),
+                            None => break,
+                        }
+                    }
+                }
+            })?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The linker every instance comes from: WASI p2 (sync) for components
+/// that import WASI (the preview1 adapter's interfaces, or just the wall
+/// clock like the plugin), and the four host interfaces, each added by its
+/// capability module.
+pub fn linker(engine: &Engine) -> wasmtime::Result<Linker<StoreData>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    context::add_to_linker(&mut linker)?;
+    http::add_to_linker(&mut linker)?;
+    documents::add_to_linker(&mut linker)?;
+    log::add_to_linker(&mut linker)?;
+    Ok(linker)
+}
+
+/// A fresh store for one invocation: limiter, epoch deadline.
+pub fn new_store(engine: &Engine, data: StoreData, deadline_ticks: u64) -> Store<StoreData> {
+    let mut store = Store::new(engine, data);
+    store.limiter(|s| s as &mut dyn ResourceLimiter);
+    store.set_epoch_deadline(deadline_ticks);
+    store.epoch_deadline_trap();
+    store
+}
+
+/// Turns a trap or host failure of a call into the invocation error.
+pub fn classify_trap(error: &wasmtime::Error, limits: &SandboxLimits) -> InvokeError {
+    if let Some(limit) = error.downcast_ref::<LimitTrap>() {
+        return InvokeError::LimitExceeded {
+            limit: limit.limit,
+            message: limit.message.clone(),
+        };
+    }
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => InvokeError::LimitExceeded {
+            limit: Limit::Deadline,
+            message: format!(
+                "the extension did not finish within its deadline of {} ms",
+                limits.deadline.as_millis()
+            ),
+        },
+        Some(Trap::StackOverflow) => InvokeError::LimitExceeded {
+            limit: Limit::Memory,
+            message: "the extension overflowed its stack".into(),
+        },
+        Some(trap) => InvokeError::Internal(format!("the extension trapped: {trap}")),
+        None => InvokeError::Internal("the extension failed in a host call".into()),
+    }
+}
+
+/// An installed release, prepared for invocations: the enforced parts of
+/// its manifest and its compiled component.
+pub struct CompiledRelease {
+    pub digest: String,
+    pub spec: Arc<ExtensionSpec>,
+    pub component: Component,
+}
+
+/// Compiles a component for `engine`.
+pub fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+    Component::from_binary(engine, bytes)
+}

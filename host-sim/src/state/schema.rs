@@ -1,0 +1,94 @@
+//! The database schema and its migrations (`PRAGMA user_version` counts
+//! the applied ones).
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::error::Result;
+
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE releases (
+    extension_id TEXT PRIMARY KEY,
+    version TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    manifest TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    installed_at INTEGER NOT NULL
+);
+CREATE TABLE release_files (
+    extension_id TEXT NOT NULL REFERENCES releases(extension_id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    bytes BLOB NOT NULL,
+    PRIMARY KEY (extension_id, path)
+);
+CREATE TABLE approvals (
+    extension_id TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    capability TEXT NOT NULL,
+    approved_at INTEGER NOT NULL,
+    PRIMARY KEY (extension_id, digest, capability)
+);
+CREATE TABLE grants (
+    extension_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    granted_at INTEGER NOT NULL,
+    PRIMARY KEY (extension_id, project_id)
+);
+CREATE TABLE generations (
+    extension_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    PRIMARY KEY (extension_id, project_id)
+);
+CREATE TABLE projects (
+    project_id TEXT PRIMARY KEY,
+    tracking_origin TEXT
+);
+CREATE TABLE bindings (
+    project_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    secret TEXT NOT NULL,
+    auth_style TEXT NOT NULL,
+    timeout_ms INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (project_id, name)
+);
+CREATE TABLE user_projects (
+    user_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    PRIMARY KEY (user_id, project_id)
+);
+CREATE TABLE tokens (
+    token_hash TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    issued_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE TABLE token_projects (
+    token_hash TEXT NOT NULL REFERENCES tokens(token_hash) ON DELETE CASCADE,
+    project_id TEXT NOT NULL,
+    PRIMARY KEY (token_hash, project_id)
+);
+CREATE TABLE documents (
+    project_id TEXT NOT NULL,
+    extension_id TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    id TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (project_id, extension_id, collection, id)
+);
+"#];
+
+/// Applies the migrations the database has not seen, in one transaction.
+pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for (i, migration) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+        tx.execute_batch(migration)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
