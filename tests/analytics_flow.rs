@@ -16,6 +16,7 @@ use std::io::Write;
 use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use host_sim::serve::http_status;
 use host_sim::{AuthStyle, Invocation, Secret};
 use managed_analytics::website_id::website_id;
 use serde_json::{Value, json};
@@ -437,12 +438,12 @@ fn two_concurrent_provisions_of_one_project_leave_one_website_and_one_mapping() 
     let documents = shop.host.state().documents("acme-twins").unwrap();
     let mappings: Vec<_> = documents
         .iter()
-        .map(|(extension, collection, id, doc)| {
+        .map(|stored| {
             (
-                extension.as_str(),
-                collection.as_str(),
-                id.as_str(),
-                doc.revision,
+                stored.extension_id.as_str(),
+                stored.collection.as_str(),
+                stored.id.as_str(),
+                stored.document.revision,
             )
         })
         .collect();
@@ -455,7 +456,7 @@ fn configuration_before_setup_is_not_provisioned() {
     let invocation = shop.invoke("analytics.configuration", json!({}));
     let error = invocation.result.as_ref().unwrap_err();
     assert_eq!(
-        (error.code(), error.http_status()),
+        (error.code(), http_status(error).as_u16()),
         ("not_provisioned", 404)
     );
     let body = invocation.to_json();
@@ -517,7 +518,7 @@ fn provider_faults_become_502s_that_leak_no_secret() {
             let invocation = shop.invoke(action, input);
             let error = invocation.result.as_ref().unwrap_err();
             assert_eq!(
-                (error.code(), error.http_status()),
+                (error.code(), http_status(error).as_u16()),
                 (code, 502),
                 "{fault:?} {action}: {error}"
             );
@@ -544,7 +545,7 @@ fn provider_faults_become_502s_that_leak_no_secret() {
     let waited = started.elapsed();
     let error = slow.result.as_ref().unwrap_err();
     assert_eq!(
-        (error.code(), error.http_status()),
+        (error.code(), http_status(error).as_u16()),
         ("provider_unavailable", 502),
         "{error}"
     );

@@ -5,8 +5,8 @@
 //! When the domain changes the id changes: a new website is created and the
 //! old one is left on the provider with its history (nothing is deleted).
 
+use extension_guest::action::{self, Input, Json, NoInput};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::answers;
@@ -36,26 +36,20 @@ pub const MAX_FUTURE_MS: i64 = DAY_MS;
 /// changing under it.
 const MAX_PROVISION_ATTEMPTS: usize = 5;
 
-/// Runs `action` on a JSON `input` and answers a JSON output.
+extension_guest::actions! {
+    PROVISION => |host, input: ProvisionInput| provision(host, &input).map(Json),
+    CONFIGURATION => |host, NoInput| configuration(host).map(Json),
+    STATS => |host, input: StatsInput| stats(host, &input).map(Json),
+}
+
+/// Runs `action` on a JSON `input` and answers a JSON output; a failure is
+/// also written to the host log.
 pub fn invoke<H: Host + ?Sized>(
     host: &H,
     action: &str,
     input: &str,
 ) -> Result<String, ActionError> {
-    let result = match action {
-        PROVISION => ProvisionInput::parse(input)
-            .and_then(|input| provision(host, &input))
-            .map(|out| to_json(&out)),
-        CONFIGURATION => parse_object(input, &[])
-            .and_then(|_| configuration(host))
-            .map(|out| to_json(&out)),
-        STATS => StatsInput::parse(input)
-            .and_then(|input| stats(host, &input))
-            .map(|out| to_json(&out)),
-        other => Err(ActionError::invalid_input(format!(
-            "action: unknown action `{other}`; this extension offers {PROVISION}, {CONFIGURATION} and {STATS}"
-        ))),
-    };
+    let result = dispatch(host, action, input);
     if let Err(e) = &result {
         let level = match e.code {
             ErrorCode::InvalidInput | ErrorCode::NotProvisioned => LogLevel::Info,
@@ -71,43 +65,6 @@ fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-const NOT_AN_OBJECT: &str = "input: must be a JSON object";
-
-fn parse_object(input: &str, allowed: &[&str]) -> Result<Map<String, Value>, ActionError> {
-    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(input) else {
-        return Err(ActionError::invalid_input(NOT_AN_OBJECT));
-    };
-    if let Some(unknown) = object.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(unknown_field(unknown, allowed));
-    }
-    Ok(object)
-}
-
-/// The error for a field an action does not take.
-fn unknown_field(unknown: &str, allowed: &[&str]) -> ActionError {
-    let expected = if allowed.is_empty() {
-        "this action takes no fields".to_owned()
-    } else {
-        format!("allowed fields are {}", allowed.join(", "))
-    };
-    ActionError::invalid_input(format!("{unknown}: unknown field; {expected}"))
-}
-
-/// The error for a required field that is absent or `null`.
-fn missing(key: &str) -> ActionError {
-    ActionError::invalid_input(format!("{key}: is required"))
-}
-
-fn required_string(object: &Map<String, Value>, key: &str) -> Result<String, ActionError> {
-    match object.get(key) {
-        None | Some(Value::Null) => Err(missing(key)),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(_) => Err(ActionError::invalid_input(format!(
-            "{key}: must be a string"
-        ))),
-    }
-}
-
 /// Input of `analytics.provision`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProvisionInput {
@@ -115,12 +72,12 @@ pub struct ProvisionInput {
     pub domain: String,
 }
 
-impl ProvisionInput {
-    pub fn parse(input: &str) -> Result<Self, ActionError> {
-        let object = parse_object(input, &["name", "domain"])?;
+impl Input for ProvisionInput {
+    fn from_json(input: &str) -> Result<Self, ActionError> {
+        let object = action::object(input, &["name", "domain"])?;
         Ok(Self {
-            name: required_string(&object, "name")?,
-            domain: required_string(&object, "domain")?,
+            name: action::required_string(&object, "name")?,
+            domain: action::required_string(&object, "domain")?,
         })
     }
 }
@@ -134,19 +91,25 @@ pub struct StatsInput {
     pub daily: bool,
 }
 
+impl Input for StatsInput {
+    fn from_json(input: &str) -> Result<Self, ActionError> {
+        Self::parse(input)
+    }
+}
+
 impl StatsInput {
     /// The fields `analytics.stats` takes.
     pub const FIELDS: &[&str] = &["start_at", "end_at", "unit"];
 
     /// Reads the input straight into its fields (every stats call runs
     /// this, so no JSON tree is built); the errors and their order are
-    /// those of the other actions' `parse_object` reading.
+    /// those of the other actions' [`action::object`] reading.
     pub fn parse(input: &str) -> Result<Self, ActionError> {
         let Ok(fields) = serde_json::from_str::<StatsFields>(input) else {
-            return Err(ActionError::invalid_input(NOT_AN_OBJECT));
+            return Err(ActionError::invalid_input(action::NOT_AN_OBJECT));
         };
         if let Some(unknown) = &fields.unknown {
-            return Err(unknown_field(unknown, Self::FIELDS));
+            return Err(action::unknown_field(unknown, Self::FIELDS));
         }
         let daily = match fields.unit {
             InputField::Absent | InputField::Null => false,
@@ -210,7 +173,7 @@ impl InputField {
     fn ms(self, key: &str) -> Result<i64, ActionError> {
         match self {
             InputField::Integer(ms) => Ok(ms),
-            InputField::Absent | InputField::Null => Err(missing(key)),
+            InputField::Absent | InputField::Null => Err(action::missing(key)),
             _ => Err(ActionError::invalid_input(format!(
                 "{key}: must be an integer number of Unix milliseconds"
             ))),
@@ -716,6 +679,7 @@ pub fn stats<H: Host + ?Sized>(host: &H, input: &StatsInput) -> Result<Stats, Ac
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn attribute_values_are_escaped() {
@@ -762,7 +726,7 @@ mod tests {
     /// The stats input read as a JSON tree, the way the other actions read
     /// theirs: the oracle of the typed reader.
     fn parse_stats_as_tree(input: &str) -> Result<StatsInput, ActionError> {
-        let object = parse_object(input, StatsInput::FIELDS)?;
+        let object = action::object(input, StatsInput::FIELDS)?;
         let daily = match object.get("unit") {
             None | Some(Value::Null) => false,
             Some(Value::String(unit)) if unit == "day" => true,

@@ -1,12 +1,12 @@
 //! The managed website analytics extension.
 //!
-//! The logic is a plain Rust library: [`actions::invoke`] runs an action
-//! against a [`host::Host`], the small trait that mirrors the WIT imports of
-//! `platform:extension@0.1.0` (invocation context, the `provider` HTTP
-//! binding, project documents, log). Natively it is unit-tested with
-//! in-memory hosts; on `wasm32` the `component` module adapts the generated
-//! WIT bindings to the trait and exports `invoke`, and `heap` is its
-//! allocator.
+//! The logic is a plain Rust library on the guest crate (`extension-guest`):
+//! [`actions::invoke`] dispatches an action against a [`host::Host`], the
+//! trait that mirrors the WIT imports of `platform:extension@0.1.0`
+//! (invocation context, the `provider` HTTP binding, project documents,
+//! log). Natively it is unit-tested with in-memory hosts; on `wasm32` the
+//! guest crate's `export!` makes [`invoke`] the component's export, and
+//! `heap` is its allocator.
 
 pub mod actions;
 mod answers;
@@ -18,10 +18,10 @@ pub mod provider;
 pub mod website_id;
 
 #[cfg(target_arch = "wasm32")]
-mod component;
-#[cfg(target_arch = "wasm32")]
 mod heap;
 
 pub use actions::invoke;
 pub use error::{ActionError, ErrorCode};
 pub use host::Host;
+
+extension_guest::export!(actions::invoke);

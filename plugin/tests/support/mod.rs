@@ -78,12 +78,7 @@ impl Documents {
         let mut docs = self.docs.lock().unwrap();
         let key = (collection.to_owned(), id.to_owned());
         let stored = docs.get(&key).map_or(0, |(revision, _)| *revision);
-        let holds = match condition {
-            Precondition::None => true,
-            Precondition::Absent => stored == 0,
-            Precondition::Revision(revision) => stored == revision,
-        };
-        if !holds {
+        if !condition.holds(stored) {
             return Err(DocumentError::Conflict(stored));
         }
         docs.insert(key, (stored + 1, body.to_owned()));
@@ -300,13 +295,10 @@ impl Host for TestHost {
         let mut docs = self.documents.docs.lock().unwrap();
         let key = (collection.to_owned(), id.to_owned());
         let stored = docs.get(&key).map_or(0, |(revision, _)| *revision);
-        match condition {
-            Precondition::Revision(revision) if revision != stored => {
-                Err(DocumentError::Conflict(stored))
-            }
-            Precondition::Absent if stored != 0 => Err(DocumentError::Conflict(stored)),
-            _ => Ok(docs.remove(&key).is_some()),
+        if !condition.holds(stored) {
+            return Err(DocumentError::Conflict(stored));
         }
+        Ok(docs.remove(&key).is_some())
     }
 
     fn log(&self, level: LogLevel, message: &str) {

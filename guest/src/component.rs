@@ -1,24 +1,35 @@
-//! The component adapter: generated WIT bindings mapped onto
-//! [`crate::host::Host`], and the exported `invoke`. No logic lives here.
+//! The component side (wasm32 only): the generated bindings of
+//! `platform:extension@0.1.0`, [`WitHost`] (the imports as a [`Host`]) and
+//! what [`export!`](crate::export) expands to.
 
-wit_bindgen::generate!({
-    // The platform contract, then the plugin's world (contract + wall clock).
-    path: ["../wit", "wit"],
-    world: "managed-analytics:plugin/plugin",
-    generate_all,
-});
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        // The platform contract, then the guest world (contract + wall clock).
+        path: ["../wit", "wit"],
+        world: "platform:guest/extension",
+        generate_all,
+        pub_export_macro: true,
+        export_macro_name: "__export_extension_bindings",
+        default_bindings_module: "extension_guest::component::bindings",
+    });
+}
 
-use exports::platform::extension::extension::{ActionError as WitActionError, Guest};
-use platform::extension::{context, documents, http_binding, log};
-use wasi::clocks::wall_clock;
+use bindings::exports::platform::extension::extension::ActionError as WitActionError;
+use bindings::platform::extension::{context, documents, http_binding, log};
+use bindings::wasi::clocks::wall_clock;
 
+#[doc(hidden)]
+pub use bindings::exports::platform::extension::extension::Guest;
+
+use crate::error::ActionError;
 use crate::host::{
     BindingError, Document, DocumentError, Host, HttpRequest, HttpResponse, Invocation, LogLevel,
     Precondition, ProjectSettings,
 };
 
 /// The host as the component sees it through its imports.
-struct WitHost;
+pub struct WitHost;
 
 fn binding_error(error: http_binding::BindingError) -> BindingError {
     use http_binding::BindingError as E;
@@ -134,20 +145,25 @@ impl Host for WitHost {
     }
 }
 
-struct Component;
-
-impl Guest for Component {
-    fn invoke(action: String, input: String) -> Result<String, WitActionError> {
-        // A bare module has no stderr: a panic's message goes to the host log
-        // (redacted there like every guest log line) before the trap.
-        std::panic::set_hook(Box::new(|panic| {
-            log::write(log::Level::Error, &format!("the plugin panicked: {panic}"));
-        }));
-        crate::actions::invoke(&WitHost, &action, &input).map_err(|e| WitActionError {
-            code: e.code.as_str().to_owned(),
-            message: e.message,
-        })
-    }
+/// The exported `invoke`: runs `invoke` against the imports and turns its
+/// error into the WIT `action-error`.
+#[doc(hidden)]
+pub fn invoke(
+    action: &str,
+    input: &str,
+    invoke: impl FnOnce(&WitHost, &str, &str) -> Result<String, ActionError>,
+) -> Result<String, WitActionError> {
+    // A bare module has no stderr, and a wasip1 one's goes to the host log
+    // line by line: the panic's message goes to the host log (redacted
+    // there like every guest log line) in one piece before the trap.
+    std::panic::set_hook(Box::new(|panic| {
+        log::write(
+            log::Level::Error,
+            &format!("the extension panicked: {panic}"),
+        );
+    }));
+    invoke(&WitHost, action, input).map_err(|e| WitActionError {
+        code: e.code.as_str().to_owned(),
+        message: e.message,
+    })
 }
-
-export!(Component);
