@@ -40,7 +40,20 @@ impl Clock for ManualClock {
     }
 }
 
-/// Formats Unix milliseconds as RFC 3339 (UTC).
+/// A duration in milliseconds as people read it: `1.5 s`, `3 min 20 s`,
+/// `2 d 4 h`.
+pub fn span(ms: i64) -> String {
+    let s = ms / 1000;
+    match s {
+        _ if ms < 60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        _ if s < 3600 => format!("{} min {} s", s / 60, s % 60),
+        _ if s < 86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// Formats Unix milliseconds as RFC 3339 (UTC), with milliseconds when
+/// they are not zero.
 pub fn rfc3339(ms: i64) -> String {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);

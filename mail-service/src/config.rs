@@ -35,6 +35,15 @@ pub struct StorageArgs {
         global = true
     )]
     pub db_max_connections: u32,
+    /// How long an SQLite write waits for another process holding the
+    /// database (an operator command) before the request fails with 503.
+    #[arg(
+        long,
+        env = "MAIL_SQLITE_BUSY_TIMEOUT_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub sqlite_busy_timeout_ms: u64,
 }
 
 impl StorageArgs {
@@ -47,6 +56,7 @@ impl StorageArgs {
             },
             None => StorageConfig::Sqlite {
                 path: self.data_dir.join("mail.db"),
+                busy_timeout: Duration::from_millis(self.sqlite_busy_timeout_ms),
             },
         }
     }
@@ -87,6 +97,13 @@ pub struct ServeArgs {
     /// 30 s) belongs to a stopped node and is declared `unknown`.
     #[arg(long, env = "MAIL_HANDOFF_LEASE_MS", default_value_t = 120_000)]
     pub handoff_lease_ms: u64,
+    /// How many scheduled emails this node hands off at the same time.
+    #[arg(long, env = "MAIL_SCHEDULER_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub scheduler_concurrency: u32,
+    /// How often an idle scheduler looks for emails scheduled on other
+    /// nodes (it wakes earlier for the next due email it knows of).
+    #[arg(long, env = "MAIL_SCHEDULER_POLL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub scheduler_poll_ms: u64,
     /// How often abandoned handoffs are swept and old rate windows dropped.
     #[arg(long, env = "MAIL_SWEEP_INTERVAL_MS", default_value_t = 30_000)]
     pub sweep_interval_ms: u64,
@@ -115,6 +132,8 @@ impl ServeArgs {
     pub fn settings(&self) -> Settings {
         Settings {
             handoff_lease: Duration::from_millis(self.handoff_lease_ms),
+            scheduler_concurrency: self.scheduler_concurrency as usize,
+            scheduler_poll: Duration::from_millis(self.scheduler_poll_ms),
             ..Settings::default()
         }
     }

@@ -69,6 +69,35 @@ pub enum Error {
         error: Box<Error>,
         request_id: String,
     },
+    #[error(
+        "If-Match: required; send the email's current revision, the ETag of GET /emails/{{id}} (e.g. If-Match: \"3\")"
+    )]
+    PreconditionRequired,
+    #[error("If-Match: {detail}")]
+    InvalidIfMatch { detail: String },
+    #[error(
+        "If-Match: revision {given} of email {email_id} is stale; it is at revision {current} now (read it again with GET /emails/{email_id})"
+    )]
+    StaleRevision {
+        email_id: String,
+        given: i64,
+        current: i64,
+    },
+    /// A change that only a `scheduled` email allows.
+    #[error("email {email_id} is {status}: {reason}; only a scheduled email can be {action}")]
+    NotScheduled {
+        email_id: String,
+        status: crate::model::EmailStatus,
+        reason: String,
+        action: String,
+    },
+    /// A write would duplicate something unique (a tenant name, a key).
+    #[error("{what}")]
+    Conflict { what: String },
+    /// A stored row holds a value the code cannot read (an unknown status,
+    /// a broken JSON document): the data needs an operator, not a retry.
+    #[error("stored data could not be read: {detail}")]
+    StoredDataInvalid { detail: String },
     #[error("service unavailable: {detail}")]
     Unavailable { detail: String },
 }
@@ -109,9 +138,19 @@ impl Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        tracing::error!(error = %e, "storage error");
-        Error::Unavailable {
-            detail: "storage is not available".into(),
+        match &e {
+            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+                tracing::error!(error = %e, "stored data could not be read");
+                Error::StoredDataInvalid {
+                    detail: e.to_string(),
+                }
+            }
+            _ => {
+                tracing::error!(error = %e, "storage error");
+                Error::Unavailable {
+                    detail: "storage is not available".into(),
+                }
+            }
         }
     }
 }

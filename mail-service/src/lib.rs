@@ -1,8 +1,10 @@
 //! mail-service: a Resend-style transactional mail HTTP API.
 //!
-//! Map: `model` (resources and validation) → `service` (sending, idempotency,
-//! rate limit, logs; no HTTP) → `store` (SQLite/PostgreSQL) and `transport`
-//! (SMTP via lettre, or files). `http` holds the router, the middleware, the
+//! Map: `model` (resources and validation; accounts and stored records with
+//! their statuses as enums) → `service` (auth and rate limit, sending and
+//! idempotency, logs, operator actions; no HTTP) → `store` (SQLite/PostgreSQL,
+//! rows read with `sqlx::FromRow`) and `transport` (SMTP via lettre, or
+//! files). `http` holds the router, the middleware, the
 //! extractors and the one `IntoResponse` for `error::Error`. `smtp_sink` is
 //! the loopback SMTP server used by tests.
 
@@ -22,8 +24,9 @@ use std::time::Duration;
 
 use crate::service::MailService;
 
-/// Serves until `shutdown` resolves, sweeping abandoned handoffs in the
-/// background.
+/// Serves until `shutdown` resolves, sweeping abandoned handoffs and
+/// handing off due scheduled emails in the background. On shutdown the
+/// scheduler claims nothing more and the handoffs under way finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     service: MailService,
@@ -44,9 +47,15 @@ pub async fn serve(
             }
         })
     };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let scheduler = tokio::spawn(service::Scheduler::new(service.clone()).run(stopped));
     let result = axum::serve(listener, http::router(service))
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        })
         .await;
+    let _ = scheduler.await;
     sweeper.abort();
     result
 }

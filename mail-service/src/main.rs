@@ -6,9 +6,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use mail_service::config::{ServeArgs, StorageArgs};
+use mail_service::model::Permission;
 use mail_service::service::{DEFAULT_RATE_LIMIT, MailService, Settings};
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
-use mail_service::store::{Permission, Store};
+use mail_service::store::Store;
 use mail_service::transport::Transport;
 
 #[derive(Parser)]
@@ -90,6 +91,7 @@ enum ReconcileOutcome {
 
 fn parse_permission(s: &str) -> Result<Permission, String> {
     s.parse()
+        .map_err(|e: mail_service::model::UnknownValue| e.to_string())
 }
 
 #[tokio::main]
@@ -158,16 +160,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&tenant)?);
         }
         Command::Tenant(TenantCommand::List) => {
-            let tenants = operator(&cli.storage).await?.store().list_tenants().await?;
+            let tenants = operator(&cli.storage).await?.list_tenants().await?;
             println!("{}", serde_json::to_string_pretty(&tenants)?);
         }
         Command::Tenant(TenantCommand::SetRateLimit { name, per_minute }) => {
-            anyhow::ensure!(per_minute >= 1, "per_minute: must be at least 1");
-            let service = operator(&cli.storage).await?;
-            anyhow::ensure!(
-                service.store().set_rate_limit(&name, per_minute).await?,
-                "tenant `{name}` not found"
-            );
+            operator(&cli.storage)
+                .await?
+                .set_rate_limit(&name, per_minute)
+                .await?;
             eprintln!("tenant {name}: {per_minute} requests per minute");
         }
         Command::Key(KeyCommand::Create {
@@ -186,13 +186,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{secret}");
         }
         Command::Key(KeyCommand::List { tenant }) => {
-            let service = operator(&cli.storage).await?;
-            let tenant = service
-                .store()
-                .find_tenant(&tenant)
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("tenant `{tenant}` not found"))?;
-            let keys = service.store().list_api_keys(tenant.id).await?;
+            let keys = operator(&cli.storage).await?.list_api_keys(&tenant).await?;
             println!("{}", serde_json::to_string_pretty(&keys)?);
         }
         Command::Key(KeyCommand::Revoke { id }) => {

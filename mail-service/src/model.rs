@@ -12,6 +12,101 @@ use utoipa::ToSchema;
 
 use crate::error::Error;
 
+/// An enum stored as text: `as_str` for writing, `FromStr`/`TryFrom<String>`
+/// for reading (an unknown text is an `UnknownValue` error), serde in the
+/// same snake_case form.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident, $what:literal { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &[$name] = &[$($name::$variant),+];
+
+            /// The stored (and serialized) text.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = $crate::model::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, $crate::model::UnknownValue> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err($crate::model::UnknownValue {
+                        what: $what,
+                        value: other.to_string(),
+                        expected: &[$($text),+],
+                    }),
+                }
+            }
+        }
+
+        $crate::model::decode_from_text!([] $name);
+    };
+}
+
+/// `sqlx::Type` and `sqlx::Decode` for a type read from a TEXT column
+/// through its `FromStr`, on every database: a text that does not parse is a
+/// decode error naming the column and the value.
+macro_rules! decode_from_text {
+    ([$($generics:tt)*] $name:ty) => {
+        impl<DB: sqlx::Database, $($generics)*> sqlx::Type<DB> for $name
+        where
+            String: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database, $($generics)*> sqlx::Decode<'r, DB> for $name
+        where
+            String: sqlx::Decode<'r, DB>,
+        {
+            fn decode(
+                value: <DB as sqlx::Database>::ValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(<String as sqlx::Decode<'r, DB>>::decode(value)?.parse()?)
+            }
+        }
+    };
+}
+pub(crate) use decode_from_text;
+
+mod account;
+mod records;
+
+pub use account::{ApiKey, Permission, Principal, Tenant};
+pub use records::{EmailStatus, JsonText, KeyState, RequestLog, StoredEmail};
+
+/// A stored or given text that names no value of its enum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} `{value}` (expected one of: {})", expected.join(", "))]
+pub struct UnknownValue {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: &'static [&'static str],
+}
+
 pub const MAX_BODY_BYTES: usize = 4_000_000;
 pub const MAX_RECIPIENTS: usize = 50;
 pub const MAX_SUBJECT_BYTES: usize = 998;
@@ -23,6 +118,12 @@ pub const MAX_ATTACHMENTS: usize = 10;
 pub const MAX_ATTACHMENT_BYTES: usize = 2 * 1024 * 1024;
 pub const MAX_BATCH: usize = 100;
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 256;
+/// How far in the past `scheduled_at` may lie (clock skew between the
+/// caller and the service, and the request's own time on the wire); such
+/// an email is due at once.
+pub const SCHEDULE_PAST_TOLERANCE_MS: i64 = 60_000;
+/// How far ahead `scheduled_at` may lie.
+pub const MAX_SCHEDULE_AHEAD_MS: i64 = 30 * 24 * 60 * 60 * 1000;
 
 /// Header names the service sets itself; callers may not override them.
 const RESERVED_HEADERS: &[&str] = &[
@@ -93,8 +194,10 @@ pub struct MessageFields {
     pub reply_to: Option<Recipients>,
     /// At most 998 UTF-8 bytes, no line breaks.
     pub subject: String,
+    /// Plain-text body. At least one of `text` and `html` is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// HTML body. At least one of `text` and `html` is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub html: Option<String>,
     /// At most 50 properties; no reserved names, no line breaks.
@@ -103,10 +206,21 @@ pub struct MessageFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_items = 50)]
     pub tags: Option<Vec<Tag>>,
-    /// ISO 8601. Scheduled sending is not available in this version: a
-    /// well-formed value is refused with `validation_error`.
+    /// When to hand the message off: an RFC 3339 date-time with a UTC
+    /// offset (`2030-01-01T09:00:00Z`, `2030-01-01T10:00:00.5+01:00`), at
+    /// most 60 seconds in the past and at most 30 days ahead. Millisecond
+    /// precision (finer digits are dropped); a leap second `:60` is read as
+    /// the last millisecond of its minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_at: Option<String>,
+}
+
+/// Body of `PATCH /emails/{id}`. Unknown properties are refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reschedule {
+    /// The new due time; the same rules as `scheduled_at` of an email.
+    pub scheduled_at: String,
 }
 
 /// Body of `POST /emails`. Unknown properties are refused.
@@ -138,6 +252,9 @@ pub struct ValidatedEmail {
     pub bcc: Vec<Mailbox>,
     pub reply_to: Vec<Mailbox>,
     pub attachments: Vec<DecodedAttachment>,
+    /// `scheduled_at` in Unix milliseconds (its window is checked against
+    /// the service's clock by `check_schedule_window`).
+    pub scheduled_at: Option<i64>,
 }
 
 /// Properties accepted in a message; `attachments` only on `POST /emails`.
@@ -209,6 +326,15 @@ fn validate(body: &Value, allow_attachments: bool) -> Result<ValidatedEmail, Err
 
     let text: Option<String> = optional(obj, "text")?;
     let html: Option<String> = optional(obj, "html")?;
+    if [&text, &html]
+        .iter()
+        .all(|part| part.as_deref().is_none_or(str::is_empty))
+    {
+        return Err(Error::validation(
+            "text",
+            "missing `html` or `text` field: give at least one of them, not empty",
+        ));
+    }
     let body_bytes = text.as_ref().map_or(0, String::len) + html.as_ref().map_or(0, String::len);
     if body_bytes > MAX_TEXT_PLUS_HTML_BYTES {
         return Err(Error::validation(
@@ -236,21 +362,11 @@ fn validate(body: &Value, allow_attachments: bool) -> Result<ValidatedEmail, Err
         Some(list) => decode_attachments(list)?,
         None => Vec::new(),
     };
-    let scheduled_at: Option<String> = optional(obj, "scheduled_at")?;
-    if let Some(when) = &scheduled_at {
-        time::OffsetDateTime::parse(when, &time::format_description::well_known::Rfc3339).map_err(
-            |_| {
-                Error::validation(
-                    "scheduled_at",
-                    "must be an ISO 8601 date-time such as 2030-01-01T09:00:00Z",
-                )
-            },
-        )?;
-        return Err(Error::validation(
-            "scheduled_at",
-            "scheduled sending is not available in this version; omit scheduled_at to send now",
-        ));
-    }
+    let scheduled_text: Option<String> = optional(obj, "scheduled_at")?;
+    let scheduled_at = scheduled_text
+        .as_deref()
+        .map(|text| parse_scheduled_at("scheduled_at", text))
+        .transpose()?;
 
     Ok(ValidatedEmail {
         payload: EmailPayload {
@@ -265,7 +381,7 @@ fn validate(body: &Value, allow_attachments: bool) -> Result<ValidatedEmail, Err
                 html,
                 headers,
                 tags,
-                scheduled_at,
+                scheduled_at: scheduled_text,
             },
             attachments,
         },
@@ -275,7 +391,55 @@ fn validate(body: &Value, allow_attachments: bool) -> Result<ValidatedEmail, Err
         bcc,
         reply_to,
         attachments: decoded,
+        scheduled_at,
     })
+}
+
+/// Reads a `scheduled_at` value: an RFC 3339 date-time with a UTC offset
+/// (the profile of ISO 8601 the contract's `date-time` format names), as
+/// Unix milliseconds. Digits finer than a millisecond are dropped; a leap
+/// second (`23:59:60`) is the last millisecond of its minute.
+pub fn parse_scheduled_at(field: &str, text: &str) -> Result<i64, Error> {
+    let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| {
+            Error::validation(
+                field,
+                format!(
+                    "`{text}` is not an RFC 3339 date-time with a UTC offset; use e.g. 2030-01-01T09:00:00Z or 2030-01-01T10:00:00+01:00"
+                ),
+            )
+        })?;
+    let ms = parsed.unix_timestamp_nanos().div_euclid(1_000_000);
+    i64::try_from(ms).map_err(|_| Error::validation(field, "is out of range"))
+}
+
+/// Checks that `at` (Unix ms) lies in the scheduling window seen from
+/// `now`: at most `SCHEDULE_PAST_TOLERANCE_MS` in the past, at most
+/// `MAX_SCHEDULE_AHEAD_MS` ahead (both bounds included).
+pub fn check_schedule_window(field: &str, at: i64, now: i64) -> Result<(), Error> {
+    let earliest = now - SCHEDULE_PAST_TOLERANCE_MS;
+    let latest = now + MAX_SCHEDULE_AHEAD_MS;
+    if at < earliest {
+        return Err(Error::validation(
+            field,
+            format!(
+                "must not be more than {} seconds in the past (it is {} before the service's time {})",
+                SCHEDULE_PAST_TOLERANCE_MS / 1000,
+                crate::clock::span(now - at),
+                crate::clock::rfc3339(now)
+            ),
+        ));
+    }
+    if at > latest {
+        return Err(Error::validation(
+            field,
+            format!(
+                "must be at most 30 days ahead (the latest allowed now is {})",
+                crate::clock::rfc3339(latest)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn type_error(field: &str, value: &Value, expected: &str) -> Error {
@@ -674,6 +838,30 @@ mod tests {
     }
 
     #[test]
+    fn text_or_html_is_required() {
+        for (text, html) in [(None, None), (Some(""), None), (Some(""), Some(""))] {
+            let mut body = base();
+            body.as_object_mut().unwrap().remove("text");
+            if let Some(t) = text {
+                body["text"] = json!(t);
+            }
+            if let Some(h) = html {
+                body["html"] = json!(h);
+            }
+            let err = validate_email(&body).unwrap_err();
+            assert!(
+                matches!(&err, Error::Validation { field, .. } if field == "text"),
+                "{text:?} {html:?}: {err}"
+            );
+        }
+        let mut html_only = base();
+        html_only.as_object_mut().unwrap().remove("text");
+        html_only["html"] = json!("<p>hi</p>");
+        assert!(validate_email(&html_only).is_ok());
+        assert!(validate_batch_item(&html_only).is_ok());
+    }
+
+    #[test]
     fn batch_items_refuse_attachments() {
         let mut body = base();
         body["attachments"] = json!([]);
@@ -708,6 +896,63 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn scheduled_at_reads_rfc3339_with_an_offset() {
+        let read = |s: &str| parse_scheduled_at("scheduled_at", s).map(crate::clock::rfc3339);
+        for (given, read_as) in [
+            ("2030-01-01T09:00:00Z", "2030-01-01T09:00:00Z"),
+            // Offsets are applied; -00:00 and lower-case t/z are RFC 3339 too.
+            ("2030-01-01T09:00:00.5+05:30", "2030-01-01T03:30:00.5Z"),
+            ("2029-12-31T23:00:00-10:00", "2030-01-01T09:00:00Z"),
+            ("2030-01-01T09:00:00-00:00", "2030-01-01T09:00:00Z"),
+            ("2030-01-01t09:00:00z", "2030-01-01T09:00:00Z"),
+            // Milliseconds are kept, finer digits dropped.
+            (
+                "2030-01-01T09:00:00.123456789123Z",
+                "2030-01-01T09:00:00.123Z",
+            ),
+            ("2030-01-01T09:00:00.0009Z", "2030-01-01T09:00:00Z"),
+            // A leap second is the last millisecond of its minute.
+            ("2016-12-31T23:59:60Z", "2016-12-31T23:59:59.999Z"),
+            ("2016-12-31T18:59:60-05:00", "2016-12-31T23:59:59.999Z"),
+        ] {
+            assert_eq!(read(given).as_deref(), Ok(read_as), "{given}");
+        }
+        for refused in [
+            "2030-01-01T09:00:00",
+            "2030-01-01",
+            "2030-01-01T09:00Z",
+            "2030-01-01T24:00:00Z",
+            "2030-02-30T09:00:00Z",
+            "2017-06-15T12:30:60Z",
+            "tomorrow",
+            "in 1 min",
+            "1893456000",
+        ] {
+            let err = read(refused).unwrap_err();
+            assert!(
+                err.to_string().starts_with("scheduled_at: `"),
+                "{refused}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn schedule_window_edges() {
+        let now = 1_900_000_000_000;
+        let ok = |at| check_schedule_window("scheduled_at", at, now).is_ok();
+        assert!(ok(now - SCHEDULE_PAST_TOLERANCE_MS));
+        assert!(!ok(now - SCHEDULE_PAST_TOLERANCE_MS - 1));
+        assert!(ok(now + MAX_SCHEDULE_AHEAD_MS));
+        assert!(!ok(now + MAX_SCHEDULE_AHEAD_MS + 1));
+        let past = check_schedule_window("scheduled_at", now - 200_000, now).unwrap_err();
+        assert!(
+            past.to_string()
+                .contains("not be more than 60 seconds in the past (it is 3 min 20 s before"),
+            "{past}"
+        );
     }
 
     proptest! {

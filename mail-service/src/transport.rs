@@ -173,17 +173,31 @@ fn build_message(email: &ValidatedEmail, envelope: &Envelope<'_>) -> Result<Mess
     message.map_err(|e| format!("message cannot be built: {e}"))
 }
 
+/// Writes the message under a temporary name and renames it into place, so
+/// a reader never sees half a message; one blocking task for the file-system
+/// calls. The directory is created when it is missing (first message, or
+/// removed since), not checked on every message.
 async fn write_file(dir: &std::path::Path, email_id: i64, message: &Message) -> Handoff {
     let bytes = message.formatted();
-    let tmp = dir.join(format!(".{email_id}.eml.tmp"));
-    let path = dir.join(format!("{email_id}.eml"));
-    let result = async {
-        tokio::fs::create_dir_all(dir).await?;
-        tokio::fs::write(&tmp, &bytes).await?;
-        tokio::fs::rename(&tmp, &path).await
-    }
-    .await;
-    match result {
+    let dir = dir.to_path_buf();
+    let written = tokio::task::spawn_blocking(move || {
+        let tmp = dir.join(format!(".{email_id}.eml.tmp"));
+        let write = || {
+            std::fs::write(&tmp, &bytes)?;
+            std::fs::rename(&tmp, dir.join(format!("{email_id}.eml")))
+        };
+        match write() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&dir)?;
+                write()
+            }
+            written => written,
+        }
+    })
+    .await
+    .map_err(std::io::Error::other)
+    .and_then(|written| written);
+    match written {
         Ok(()) => Handoff::Accepted,
         Err(e) => Handoff::Rejected(format!("file transport could not write the message: {e}")),
     }

@@ -7,8 +7,8 @@ mod common;
 use std::process::Command;
 
 use common::{Backend, ServerProcess, TestApp, TestDb, email, http_client};
+use mail_service::model::Permission;
 use mail_service::service::{MailService, Settings};
-use mail_service::store::Permission;
 use serde_json::{Value, json};
 
 fn redacted(mut body: Value) -> Value {
@@ -84,7 +84,7 @@ async fn error_body_on_every_path(b: Backend) {
     let cases = [
         ("GET", "/nope", None),
         ("DELETE", "/emails", Some(app.full_key.as_str())),
-        ("PATCH", "/emails/1", Some(app.full_key.as_str())),
+        ("PUT", "/emails/1", Some(app.full_key.as_str())),
         ("POST", "/domains/1/verify", Some(app.full_key.as_str())),
         ("GET", "/analytics", Some(app.full_key.as_str())),
         ("POST", "/suppressions", None),
@@ -151,6 +151,16 @@ async fn request_logs_with_cursor_and_filters(b: Backend) {
     );
     let cursor = first.body["nextCursor"].as_str().unwrap().to_string();
     assert!(cursor.len() <= 200);
+    // Resend's list shape and field names beside the contract's.
+    assert_eq!(
+        (
+            first.body["object"].as_str(),
+            first.body["has_more"].as_bool()
+        ),
+        (Some("list"), Some(true))
+    );
+    assert_eq!(entries[1]["endpoint"], "/nope");
+    assert_eq!(entries[1]["response_status"], 404);
 
     let second = app.get(&format!("/logs?limit=2&cursor={cursor}")).await;
     let id_of = |e: &Value| e["id"].as_str().unwrap().parse::<i64>().unwrap();
@@ -181,13 +191,22 @@ async fn request_logs_with_cursor_and_filters(b: Backend) {
     let unfinished = app.get("/logs?status=0").await;
     assert_eq!(unfinished.body["data"].as_array().unwrap().len(), 1);
     assert!(unfinished.body["nextCursor"].is_null());
+    assert_eq!(unfinished.body["has_more"], false);
 
     let one = posts[0]["id"].as_str().unwrap();
     let entry = app.get(&format!("/logs/{one}")).await;
     entry.expect(200, "");
     assert_eq!(entry.body["path"], "/emails");
     app.get("/logs/123").await.expect(404, "not_found");
-    for bad in ["method=TRACE", "status=abc", "status=700", "verbose=1"] {
+    for bad in [
+        "method=TRACE",
+        "status=abc",
+        "status=700",
+        "verbose=1",
+        "limit=0",
+        "limit=101",
+        "cursor=bm90LWEtY3Vyc29y",
+    ] {
         app.get(&format!("/logs?{bad}"))
             .await
             .expect(422, "validation_error");
@@ -196,11 +215,7 @@ async fn request_logs_with_cursor_and_filters(b: Backend) {
 
 async fn rate_limit_is_per_tenant_and_shared_by_nodes(b: Backend) {
     let app = TestApp::start(b).await;
-    app.service
-        .store()
-        .set_rate_limit("acme", 120)
-        .await
-        .unwrap();
+    app.service.set_rate_limit("acme", 120).await.unwrap();
     // A second node on the same database counts in the same window.
     let second = MailService::start(
         app.db.store().await,
@@ -251,7 +266,7 @@ async fn rate_limit_is_per_tenant_and_shared_by_nodes(b: Backend) {
     app.clock.advance_ms(60_000);
     app.send(&email()).await.expect(200, "");
     // The operator's setting applies at once.
-    app.service.store().set_rate_limit("acme", 2).await.unwrap();
+    app.service.set_rate_limit("acme", 2).await.unwrap();
     app.clock.advance_ms(60_000);
     app.send(&email()).await.expect(200, "");
     app.send(&email()).await.expect(200, "");
@@ -269,6 +284,7 @@ async fn openapi_document_matches_the_routes(b: Backend) {
             "/emails",
             "/emails/batch",
             "/emails/{id}",
+            "/emails/{id}/cancel",
             "/logs",
             "/logs/{id}"
         ]
@@ -317,18 +333,7 @@ async fn secrets_never_leak(b: Backend) {
         );
     }
     // Only hashes are stored.
-    let keys = app
-        .service
-        .store()
-        .list_api_keys(
-            app.service
-                .authenticate(&app.full_key)
-                .await
-                .unwrap()
-                .tenant_id,
-        )
-        .await
-        .unwrap();
+    let keys = app.service.list_api_keys("acme").await.unwrap();
     assert!(keys.iter().all(|k| k.key_prefix.len() < 12));
     if b == Backend::Sqlite {
         for file in ["mail.db", "mail.db-wal"] {

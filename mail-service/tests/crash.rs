@@ -9,41 +9,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Backend, ServerProcess, TestDb, email, http_client, smtp};
-use mail_service::service::{MailService, Settings};
+use common::{Backend, ServerProcess, TestDb, email, http_client};
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
-use mail_service::store::Permission;
 
 async fn killed_during_a_stream_of_sends(b: Backend) {
     let sink = SmtpSink::start(0, SinkMode::Accept).await.unwrap();
     let db = TestDb::new(b);
-    let (send_key, full_key) = {
-        let store = db.store().await;
-        let service = MailService::start(
-            store.clone(),
-            smtp(sink.port(), Duration::from_secs(5)),
-            mail_service::system_clock(),
-            Settings::default(),
-        )
-        .await
-        .unwrap();
-        let (_, send) = service
-            .create_api_key("acme", "app", Permission::SendingAccess)
-            .await
-            .unwrap();
-        let (_, full) = service
-            .create_api_key("acme", "ops", Permission::FullAccess)
-            .await
-            .unwrap();
-        store.set_rate_limit("acme", 1_000_000).await.unwrap();
-        store.close().await;
-        (send, full)
-    };
-    let smtp_env = [
-        ("MAIL_SMTP_HOST", "127.0.0.1".to_string()),
-        ("MAIL_SMTP_PORT", sink.port().to_string()),
-        ("MAIL_SMTP_SECURITY", "none".to_string()),
-    ];
+    let (send_key, full_key) = common::provision_keys(&db).await;
+    let smtp_env = common::smtp_env(sink.port());
     let mut server = ServerProcess::start(&db.env(), &smtp_env);
     let client = http_client();
     // key -> Some(id) when answered 200, None when unanswered.

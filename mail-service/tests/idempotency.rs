@@ -8,10 +8,11 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{Backend, ServerProcess, TestApp, TestDb, call_router, email, http_client, smtp};
-use mail_service::service::{MailService, Settings};
+use common::{Backend, ServerProcess, TestApp, TestDb, email, http_client, smtp};
+use mail_service::model::Permission;
+use mail_service::service::Settings;
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
-use mail_service::store::{NewEmail, Permission, Reservation};
+use mail_service::store::{NewEmail, Reservation};
 use serde_json::json;
 
 async fn replay_returns_the_identical_answer(b: Backend) {
@@ -134,23 +135,14 @@ async fn fifty_concurrent_requests_send_once(b: Backend) {
         Settings::default(),
     )
     .await;
-    let body = email().to_string();
-    let results = fire(50, |_| {
-        let (router, key, body) = (app.router.clone(), app.send_key.clone(), body.clone());
-        tokio::spawn(async move {
-            let r = call_router(
-                router,
-                "POST",
-                "/emails",
-                Some(&key),
-                &[("idempotency-key", "burst")],
-                Some(body.into_bytes()),
-            )
-            .await;
-            (r.status, r.body)
-        })
-    })
-    .await;
+    let burst: Vec<_> = (0..50)
+        .map(|_| app.spawn_post("/emails", "burst", &email()))
+        .collect();
+    let mut results = Vec::new();
+    for r in burst {
+        let r = r.await.expect("task");
+        results.push((r.status, r.body));
+    }
     exactly_one_message(&results, &sink);
 }
 
@@ -158,29 +150,8 @@ async fn two_processes_on_one_postgres_send_once(b: Backend) {
     assert_eq!(b, Backend::Postgres);
     let sink = SmtpSink::start(0, SinkMode::Accept).await.unwrap();
     let db = TestDb::new(Backend::Postgres);
-    let key = {
-        let store = db.store().await;
-        let service = MailService::start(
-            store.clone(),
-            smtp(sink.port(), Duration::from_secs(5)),
-            mail_service::system_clock(),
-            Settings::default(),
-        )
-        .await
-        .unwrap();
-        let (_, key) = service
-            .create_api_key("acme", "app", Permission::SendingAccess)
-            .await
-            .unwrap();
-        store.set_rate_limit("acme", 1_000_000).await.unwrap();
-        store.close().await;
-        key
-    };
-    let smtp_env = [
-        ("MAIL_SMTP_HOST", "127.0.0.1".to_string()),
-        ("MAIL_SMTP_PORT", sink.port().to_string()),
-        ("MAIL_SMTP_SECURITY", "none".to_string()),
-    ];
+    let (key, _) = common::provision_keys(&db).await;
+    let smtp_env = common::smtp_env(sink.port());
     let a = ServerProcess::start(&db.env(), &smtp_env);
     let b2 = ServerProcess::start(&db.env(), &smtp_env);
     let client = http_client();
@@ -232,10 +203,11 @@ async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
         subject: "Your invoice".into(),
         payload: body.to_string(),
         message_id: format!("<{id}@acme.test>"),
+        scheduled_at: None,
+        batch_id: None,
     };
-    app.service
-        .store()
-        .reserve_and_store(Some(&reservation), &[orphan], now, now + 60_000)
+    app.store
+        .reserve_and_store(Some(&reservation), &[orphan], now, now + 60_000, None)
         .await
         .unwrap();
 

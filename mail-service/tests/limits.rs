@@ -106,6 +106,32 @@ async fn text_plus_html_512_kib(b: Backend) {
     refused(&app.send(&body).await, 422, "validation_error", "text");
 }
 
+async fn text_or_html_is_required(b: Backend) {
+    let app = TestApp::start(b).await;
+    let mut neither = email();
+    neither.as_object_mut().unwrap().remove("text");
+    let resp = app.send(&neither).await;
+    refused(&resp, 422, "validation_error", "text");
+    assert!(resp.message().contains("html"), "{}", resp.message());
+    refused(
+        &app.send(&with("text", json!(""))).await,
+        422,
+        "validation_error",
+        "text",
+    );
+    refused(
+        &app.batch(&[], &json!([email(), neither])).await,
+        422,
+        "validation_error",
+        "[1].text",
+    );
+    assert_eq!(app.outbox_count(), 0, "nothing empty was sent");
+    let mut html_only = neither.clone();
+    html_only["html"] = json!("<p>Thanks!</p>");
+    app.send(&html_only).await.expect(200, "");
+    app.send(&with("text", json!("x"))).await.expect(200, "");
+}
+
 async fn headers_50_pass_51_fail(b: Backend) {
     let app = TestApp::start(b).await;
     let headers = |n: usize| -> Value {
@@ -377,30 +403,11 @@ async fn id_pattern(b: Backend) {
     }
 }
 
-async fn scheduled_at_is_refused_until_scheduling_exists(b: Backend) {
-    let app = TestApp::start(b).await;
-    let resp = app
-        .send(&with("scheduled_at", json!("2031-01-01T09:00:00Z")))
-        .await;
-    refused(&resp, 422, "validation_error", "scheduled_at");
-    assert!(resp.message().contains("not available"));
-    refused(
-        &app.send(&with("scheduled_at", json!("tomorrow"))).await,
-        422,
-        "validation_error",
-        "scheduled_at",
-    );
-    assert_eq!(
-        app.outbox_count(),
-        0,
-        "nothing is sent when validation fails"
-    );
-}
-
 on_both_backends!(
     recipients_50_pass_51_fail,
     subject_bytes_and_line_breaks,
     text_plus_html_512_kib,
+    text_or_html_is_required,
     headers_50_pass_51_fail,
     tags_count_and_pattern,
     attachments_count_and_decoded_size,
@@ -409,5 +416,4 @@ on_both_backends!(
     idempotency_key_1_to_256,
     log_limit_and_cursor,
     id_pattern,
-    scheduled_at_is_refused_until_scheduling_exists,
 );

@@ -27,7 +27,8 @@ pub struct ErrorBody {
     pub request_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub email_id: Option<String>,
-    /// `failed` (not sent) or `unknown` (may have been sent) on 502.
+    /// On 502: `failed` (not sent) or `unknown` (may have been sent); on
+    /// 409 `invalid_state`: the email's status.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +63,14 @@ pub fn status_and_name(error: &Error) -> (StatusCode, &'static str) {
         | Error::HandoffUnknown { .. }
         | Error::BatchHandoffFailed { .. } => (StatusCode::BAD_GATEWAY, "handoff_failed"),
         Error::Replayed { error, .. } => status_and_name(error),
+        Error::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+        Error::PreconditionRequired => (StatusCode::PRECONDITION_REQUIRED, "precondition_required"),
+        Error::InvalidIfMatch { .. } => (StatusCode::BAD_REQUEST, "invalid_if_match"),
+        Error::StaleRevision { .. } => (StatusCode::CONFLICT, "stale_revision"),
+        Error::NotScheduled { .. } => (StatusCode::CONFLICT, "invalid_state"),
+        Error::StoredDataInvalid { .. } => {
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal_server_error")
+        }
         Error::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
     }
 }
@@ -80,7 +89,15 @@ fn body(error: &Error, request_id: String) -> ErrorBody {
         failed_email_id: None,
     };
     match error {
-        Error::IdempotencyUnresolved { email_id } => body.email_id = Some(email_id.clone()),
+        Error::IdempotencyUnresolved { email_id } | Error::StaleRevision { email_id, .. } => {
+            body.email_id = Some(email_id.clone())
+        }
+        Error::NotScheduled {
+            email_id, status, ..
+        } => {
+            body.email_id = Some(email_id.clone());
+            body.status = Some(status.as_str());
+        }
         Error::HandoffFailed { email_id, .. } => {
             body.email_id = Some(email_id.clone());
             body.status = Some("failed");

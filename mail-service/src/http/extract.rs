@@ -10,8 +10,8 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::id::{ID_PATTERN, ParsedId, parse_id};
 use crate::model::MAX_BODY_BYTES;
-use crate::service::{BatchValidation, Caller, IdempotencyKey, LogQuery};
-use crate::store::Permission;
+use crate::model::Permission;
+use crate::service::{BatchValidation, Caller, EmailQuery, IdempotencyKey, IfMatch, LogQuery};
 
 use super::{AuthState, RequestId};
 
@@ -74,6 +74,53 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyHeader {
     }
 }
 
+/// The optional `If-Match` header, checked (see `IfMatch::parse`).
+pub struct IfMatchHeader(pub Option<IfMatch>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfMatchHeader {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        let mut values = parts.headers.get_all("if-match").iter();
+        let Some(value) = values.next() else {
+            return Ok(IfMatchHeader(None));
+        };
+        if values.next().is_some() {
+            return Err(Error::InvalidIfMatch {
+                detail: "given more than once; send exactly one ETag".into(),
+            });
+        }
+        let text = value.to_str().map_err(|_| Error::InvalidIfMatch {
+            detail: "must be visible ASCII characters".into(),
+        })?;
+        IfMatch::parse(text).map(|m| IfMatchHeader(Some(m)))
+    }
+}
+
+/// A body that must be absent, empty or `{}` (`POST /emails/{id}/cancel`:
+/// Resend's SDK sends none). Any `Content-Type` is accepted.
+pub struct EmptyBody;
+
+impl<S: Send + Sync> FromRequest<S> for EmptyBody {
+    type Rejection = Error;
+    async fn from_request(req: Request<Body>, _: &S) -> Result<Self, Error> {
+        let bytes = axum::body::to_bytes(req.into_body(), 1024)
+            .await
+            .map_err(|_| Error::validation("body", "must be empty or {}"))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let empty = text.trim().is_empty()
+            || serde_json::from_str::<serde_json::Map<String, Value>>(&text)
+                .is_ok_and(|object| object.is_empty());
+        if empty {
+            Ok(EmptyBody)
+        } else {
+            Err(Error::validation(
+                "body",
+                "must be empty or {} (cancel takes no properties)",
+            ))
+        }
+    }
+}
+
 /// `x-batch-validation: strict | permissive` (default strict).
 pub struct BatchValidationHeader(pub BatchValidation);
 
@@ -120,27 +167,56 @@ pub struct LogQueryParams(pub LogQuery);
 impl<S: Send + Sync> FromRequestParts<S> for LogQueryParams {
     type Rejection = Error;
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
-            .map_err(|_| Error::validation("query", "is not a valid query string"))?
-            .0;
         let mut query = LogQuery::default();
-        for (name, value) in pairs {
-            let slot = match name.as_str() {
-                "limit" => &mut query.limit,
-                "cursor" => &mut query.cursor,
-                "method" => &mut query.method,
-                "status" => &mut query.status,
-                other => {
-                    return Err(Error::validation(
-                        other,
-                        "unknown query parameter (allowed: limit, cursor, method, status)",
-                    ));
-                }
-            };
-            *slot = Some(value);
-        }
+        read_query(
+            parts,
+            &mut [
+                ("limit", &mut query.limit),
+                ("cursor", &mut query.cursor),
+                ("method", &mut query.method),
+                ("status", &mut query.status),
+            ],
+        )?;
         Ok(LogQueryParams(query))
     }
+}
+
+/// The query of `GET /emails`: `limit`, `cursor`, `after`, `status`.
+pub struct EmailQueryParams(pub EmailQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for EmailQueryParams {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        let mut query = EmailQuery::default();
+        read_query(
+            parts,
+            &mut [
+                ("limit", &mut query.limit),
+                ("cursor", &mut query.cursor),
+                ("after", &mut query.after),
+                ("status", &mut query.status),
+            ],
+        )?;
+        Ok(EmailQueryParams(query))
+    }
+}
+
+/// Fills each named slot from the query string; any other name is refused.
+fn read_query(parts: &Parts, slots: &mut [(&str, &mut Option<String>)]) -> Result<(), Error> {
+    let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+        .map_err(|_| Error::validation("query", "is not a valid query string"))?
+        .0;
+    for (name, value) in pairs {
+        let Some((_, slot)) = slots.iter_mut().find(|(known, _)| *known == name) else {
+            let allowed: Vec<&str> = slots.iter().map(|(known, _)| *known).collect();
+            return Err(Error::validation(
+                name,
+                format!("unknown query parameter (allowed: {})", allowed.join(", ")),
+            ));
+        };
+        **slot = Some(value);
+    }
+    Ok(())
 }
 
 /// A JSON body: `Content-Type` must be JSON (415), at most 4,000,000 bytes

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::error::Error;
-use crate::service::{MailService, RateStatus};
-use crate::store::Principal;
+use crate::model::Principal;
+use crate::service::{Incoming, MailService, RateStatus};
 
 tokio::task_local! {
     /// The id of the request being served (also its log id).
@@ -40,9 +40,16 @@ pub enum AuthState {
 /// The router with every endpoint, at the root and under `/v1`.
 pub fn router(service: MailService) -> Router {
     let api = Router::new()
-        .route("/emails", post(handlers::send_email))
+        .route(
+            "/emails",
+            post(handlers::send_email).get(handlers::list_emails),
+        )
         .route("/emails/batch", post(handlers::send_batch))
-        .route("/emails/{id}", get(handlers::get_email))
+        .route(
+            "/emails/{id}",
+            get(handlers::get_email).patch(handlers::reschedule_email),
+        )
+        .route("/emails/{id}/cancel", post(handlers::cancel_email))
         .route("/logs", get(handlers::list_logs))
         .route("/logs/{id}", get(handlers::get_log))
         .method_not_allowed_fallback(handlers::not_found);
@@ -63,23 +70,12 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Runs around every request: assigns the request id, resolves the API key,
-/// writes the request log (status 0 until the answer is known), counts the
-/// request against the tenant's shared rate limit, and adds the rate-limit
-/// and request-id headers.
+/// writes the request log (status 0 until the answer is known) together with
+/// the request's count in the tenant's shared rate limit, and adds the
+/// rate-limit and request-id headers.
 async fn observe(State(service): State<MailService>, mut req: Request, next: Next) -> Response {
     let started = Instant::now();
     let request_id = service.next_id();
-    let auth = match bearer(req.headers()) {
-        None => AuthState::Refused(Error::MissingApiKey),
-        Some(token) => match service.authenticate(token).await {
-            Ok(principal) => AuthState::Valid(principal),
-            Err(e) => AuthState::Refused(e),
-        },
-    };
-    let principal = match &auth {
-        AuthState::Valid(p) => Some(p.clone()),
-        AuthState::Refused(_) => None,
-    };
     let user_agent = req
         .headers()
         .get("user-agent")
@@ -87,30 +83,26 @@ async fn observe(State(service): State<MailService>, mut req: Request, next: Nex
         .map(str::to_string);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
-    if let Err(e) = service
-        .log_started(
+    let begun = service
+        .begin_request(&Incoming {
             request_id,
-            principal.as_ref(),
-            &method,
-            &path,
-            user_agent.as_deref(),
-        )
-        .await
-    {
-        tracing::warn!(error = %e, request_id, "request log not written");
-    }
-    req.extensions_mut().insert(auth);
+            token: bearer(req.headers()),
+            method: &method,
+            path: &path,
+            user_agent: user_agent.as_deref(),
+        })
+        .await;
+    req.extensions_mut().insert(match begun.caller {
+        Ok(principal) => AuthState::Valid(principal),
+        Err(e) => AuthState::Refused(e),
+    });
     req.extensions_mut().insert(RequestId(request_id));
     let (mut response, rate) = REQUEST_ID
         .scope(request_id, async {
-            let rate = match &principal {
-                Some(p) => match service.count_request(p).await {
-                    Ok(status) => Some(status),
-                    Err(e) => return (e.into_response(), None),
-                },
-                None => None,
-            };
-            (next.run(req).await, rate)
+            match begun.rate {
+                Ok(rate) => (next.run(req).await, rate),
+                Err(e) => (e.into_response(), None),
+            }
         })
         .await;
     let headers = response.headers_mut();

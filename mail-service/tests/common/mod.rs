@@ -13,8 +13,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request};
 use mail_service::clock::ManualClock;
+use mail_service::model::Permission;
 use mail_service::service::{MailService, Settings};
-use mail_service::store::{Permission, StorageConfig, Store};
+use mail_service::store::{StorageConfig, Store};
 use mail_service::transport::{SmtpConfig, SmtpSecurity, Transport};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -56,6 +57,11 @@ macro_rules! on_both_backends {
     };
 }
 
+enum Outside {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
 /// An isolated database: a SQLite file in a temporary directory, or a
 /// PostgreSQL schema dropped when this is dropped.
 pub struct TestDb {
@@ -69,9 +75,7 @@ impl TestDb {
         let dir = tempfile::tempdir().expect("temporary directory");
         match backend {
             Backend::Sqlite => TestDb {
-                storage: StorageConfig::Sqlite {
-                    path: dir.path().join("mail.db"),
-                },
+                storage: StorageConfig::sqlite(dir.path().join("mail.db")),
                 dir,
                 schema: None,
             },
@@ -115,6 +119,64 @@ impl TestDb {
                 "cannot open the test database ({e:#}). PostgreSQL tests need a server at {} (set {PG_URL_VAR} to another URL)",
                 pg_url()
             ),
+        }
+    }
+
+    /// A connection of its own, as an operator's tool (or a fault) would
+    /// open beside the service.
+    async fn outside_connection(&self) -> Outside {
+        use sqlx::Connection;
+        match &self.storage {
+            StorageConfig::Sqlite { path, .. } => Outside::Sqlite(
+                sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                    .await
+                    .expect("sqlite"),
+            ),
+            StorageConfig::Postgres { url, schema, .. } => {
+                let mut conn = sqlx::PgConnection::connect(url).await.expect("postgres");
+                let schema = schema.as_deref().expect("test schema");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET search_path TO {schema}")))
+                    .execute(&mut conn)
+                    .await
+                    .expect("search path");
+                Outside::Postgres(conn)
+            }
+        }
+    }
+
+    /// Runs SQL on this database from outside the service.
+    pub async fn execute(&self, sql: &str) {
+        let sql = sqlx::AssertSqlSafe(sql.to_string());
+        match self.outside_connection().await {
+            Outside::Sqlite(mut conn) => sqlx::raw_sql(sql).execute(&mut conn).await.map(drop),
+            Outside::Postgres(mut conn) => sqlx::raw_sql(sql).execute(&mut conn).await.map(drop),
+        }
+        .expect("sql runs");
+    }
+
+    /// The integer a query (`SELECT count(*) ...`) answers, read from outside
+    /// the service.
+    pub async fn count(&self, sql: &str) -> i64 {
+        let sql = sqlx::AssertSqlSafe(sql.to_string());
+        match self.outside_connection().await {
+            Outside::Sqlite(mut conn) => sqlx::query_scalar(sql).fetch_one(&mut conn).await,
+            Outside::Postgres(mut conn) => sqlx::query_scalar(sql).fetch_one(&mut conn).await,
+        }
+        .expect("query runs")
+    }
+
+    /// SQLite: another connection that takes the write lock and keeps it
+    /// until the returned connection ends its transaction.
+    pub async fn hold_sqlite_write_lock(&self) -> sqlx::SqliteConnection {
+        match self.outside_connection().await {
+            Outside::Sqlite(mut conn) => {
+                sqlx::raw_sql("BEGIN IMMEDIATE")
+                    .execute(&mut conn)
+                    .await
+                    .expect("write lock");
+                conn
+            }
+            Outside::Postgres(_) => panic!("only SQLite has one write lock"),
         }
     }
 
@@ -174,6 +236,8 @@ pub fn smtp(port: u16, timeout: Duration) -> Transport {
 
 pub struct TestApp {
     pub db: TestDb,
+    /// The app's own storage handle, for stories that set up rows directly.
+    pub store: Store,
     pub service: MailService,
     pub router: Router,
     pub clock: ManualClock,
@@ -224,14 +288,19 @@ impl TestApp {
         transport: Option<Transport>,
         settings: Settings,
     ) -> TestApp {
-        let db = TestDb::new(backend);
+        Self::on(TestDb::new(backend), transport, settings).await
+    }
+
+    /// An app on a database prepared by the caller.
+    pub async fn on(db: TestDb, transport: Option<Transport>, settings: Settings) -> TestApp {
         let store = db.store().await;
         let outbox = db.dir.path().join("outbox");
         let transport = transport.unwrap_or_else(|| Transport::File(outbox.clone()));
         let clock = ManualClock::starting_now();
-        let service = MailService::start(store, transport, Arc::new(clock.clone()), settings)
-            .await
-            .expect("service starts");
+        let service =
+            MailService::start(store.clone(), transport, Arc::new(clock.clone()), settings)
+                .await
+                .expect("service starts");
         let (_, full_key) = service
             .create_api_key("acme", "ops", Permission::FullAccess)
             .await
@@ -243,13 +312,13 @@ impl TestApp {
         // Most stories send more than 120 requests a minute; the rate-limit
         // story sets the default back.
         service
-            .store()
             .set_rate_limit("acme", 1_000_000)
             .await
             .expect("rate limit");
         let router = mail_service::http::router(service.clone());
         TestApp {
             db,
+            store,
             service,
             router,
             clock,
@@ -289,6 +358,29 @@ impl TestApp {
             Some(body.to_string().into_bytes()),
         )
         .await
+    }
+
+    /// Sends `POST path` with the sending key and an `Idempotency-Key` on a
+    /// task of its own, so that many can run at once.
+    pub fn spawn_post(
+        &self,
+        path: &'static str,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> tokio::task::JoinHandle<Resp> {
+        let (router, send_key) = (self.router.clone(), self.send_key.clone());
+        let (key, body) = (idempotency_key.to_string(), body.to_string());
+        tokio::spawn(async move {
+            call_router(
+                router,
+                "POST",
+                path,
+                Some(&send_key),
+                &[("idempotency-key", &key)],
+                Some(body.into_bytes()),
+            )
+            .await
+        })
     }
 
     pub async fn batch(&self, headers: &[(&str, &str)], body: &Value) -> Resp {
@@ -370,6 +462,44 @@ pub fn email() -> Value {
         "subject": "Your invoice",
         "text": "Thanks!",
     })
+}
+
+/// Keys of tenant `acme` (its rate limit out of the way) on a database no
+/// server uses yet, for the stories that run `mail-service serve`
+/// processes: (sending_access, full_access).
+pub async fn provision_keys(db: &TestDb) -> (String, String) {
+    let store = db.store().await;
+    let service = MailService::start(
+        store.clone(),
+        Transport::File(db.dir.path().join("outbox")),
+        mail_service::system_clock(),
+        Settings::default(),
+    )
+    .await
+    .expect("service starts");
+    let (_, send) = service
+        .create_api_key("acme", "app", Permission::SendingAccess)
+        .await
+        .expect("sending key");
+    let (_, full) = service
+        .create_api_key("acme", "ops", Permission::FullAccess)
+        .await
+        .expect("full key");
+    service
+        .set_rate_limit("acme", 1_000_000)
+        .await
+        .expect("rate limit");
+    store.close().await;
+    (send, full)
+}
+
+/// The environment that points a `mail-service serve` process at the sink.
+pub fn smtp_env(sink_port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("MAIL_SMTP_HOST", "127.0.0.1".to_string()),
+        ("MAIL_SMTP_PORT", sink_port.to_string()),
+        ("MAIL_SMTP_SECURITY", "none".to_string()),
+    ]
 }
 
 /// A `mail-service serve` process on a free loopback port.

@@ -1,0 +1,131 @@
+//! Stored emails and request logs as the service reads them back, with their
+//! statuses as enums. Statuses are stored as text and parsed on every read:
+//! a value the code does not know is an error, never a default.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::EmailPayload;
+
+text_enum!(
+    /// Where an email stands.
+    EmailStatus, "email status" {
+        /// Waiting for its `scheduled_at`; can be rescheduled or canceled.
+        Scheduled = "scheduled",
+        /// Stored and being handed to the provider (holds a lease).
+        Sending = "sending",
+        /// The provider accepted it.
+        Sent = "sent",
+        /// The provider did not accept it; it was not sent.
+        Failed = "failed",
+        /// The handoff's outcome is not known; it may have been sent.
+        Unknown = "unknown",
+        /// Not sent: canceled while scheduled, or a batch item after one
+        /// that failed.
+        Canceled = "canceled",
+    }
+);
+
+impl EmailStatus {
+    /// The nearest value of Resend's `last_event` vocabulary; `status`
+    /// keeps the exact state beside it. `sending` and `unknown` are
+    /// `queued`: accepted, and not known to be sent or failed.
+    pub fn last_event(self) -> &'static str {
+        match self {
+            EmailStatus::Scheduled => "scheduled",
+            EmailStatus::Sending | EmailStatus::Unknown => "queued",
+            EmailStatus::Sent => "sent",
+            EmailStatus::Failed => "failed",
+            EmailStatus::Canceled => "canceled",
+        }
+    }
+}
+
+text_enum!(
+    /// Where an idempotency reservation stands.
+    KeyState, "idempotency key state" {
+        /// Its request is running (until its lease ends).
+        InFlight = "in_flight",
+        /// Its answer is recorded and replayed.
+        Completed = "completed",
+        /// Its handoff's outcome is unknown; reserved until reconciled.
+        Unknown = "unknown",
+    }
+);
+
+/// A JSON document stored as text, parsed on read; a document that does not
+/// parse is an error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonText<T>(pub T);
+
+impl<T: DeserializeOwned> std::str::FromStr for JsonText<T> {
+    type Err = serde_json::Error;
+    fn from_str(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text).map(JsonText)
+    }
+}
+
+super::decode_from_text!([T: DeserializeOwned] JsonText<T>);
+
+/// A stored email.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredEmail {
+    pub id: i64,
+    pub status: EmailStatus,
+    pub revision: i64,
+    /// The request's fields as accepted (attachments included).
+    pub payload: JsonText<EmailPayload>,
+    pub message_id: String,
+    pub handoff_detail: Option<String>,
+    /// When it is (or was) due, for a scheduled email.
+    pub scheduled_at: Option<i64>,
+    /// The batch it was accepted in, for a batch answered 202.
+    pub batch_id: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// One request log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct RequestLog {
+    pub id: i64,
+    pub api_key_id: Option<i64>,
+    pub method: String,
+    pub path: String,
+    /// 0 while the request is unfinished.
+    pub status: i64,
+    pub duration_ms: Option<i64>,
+    pub user_agent: Option<String>,
+    pub created_at: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip_and_refuse_unknown_values() {
+        for s in EmailStatus::ALL {
+            assert_eq!(s.as_str().parse::<EmailStatus>().unwrap(), *s);
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for s in KeyState::ALL {
+            assert_eq!(s.as_str().parse::<KeyState>().unwrap(), *s);
+        }
+        assert_eq!(
+            "delivered".parse::<EmailStatus>().unwrap_err().to_string(),
+            "unknown email status `delivered` (expected one of: scheduled, sending, sent, failed, unknown, canceled)"
+        );
+        assert!("".parse::<KeyState>().is_err());
+    }
+
+    #[test]
+    fn json_text_refuses_a_broken_document() {
+        assert_eq!(
+            "[1,2]".parse::<JsonText<Vec<i64>>>().unwrap(),
+            JsonText(vec![1, 2])
+        );
+        assert!("[1,".parse::<JsonText<Vec<i64>>>().is_err());
+        assert!("".parse::<JsonText<Vec<i64>>>().is_err());
+    }
+}

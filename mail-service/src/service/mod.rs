@@ -1,0 +1,111 @@
+//! The service layer: sending with a safe handoff, idempotency, rate limits,
+//! request logs and the operator actions. It knows nothing about HTTP; the
+//! HTTP layer and the CLI both call it. One file per subject: `auth`
+//! (API keys and the rate limit), `send` (emails and idempotency), `logs`,
+//! `admin` (operator actions and the sweep).
+
+mod admin;
+mod auth;
+mod logs;
+mod page;
+mod schedule;
+mod scheduler;
+mod send;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::error::Error;
+use crate::id::IdGenerator;
+use crate::model::Principal;
+use crate::store::Store;
+use crate::transport::Transport;
+
+pub use auth::{Begun, Incoming, KEY_PREFIX, RateStatus, hash_key};
+pub use logs::{LOG_METHODS, LogQuery};
+pub use page::{MAX_CURSOR_CHARS, MAX_PAGE_LIMIT, Page, PageRequest};
+pub use schedule::{Canceled, EmailQuery, IfMatch, Rescheduled};
+pub use scheduler::Scheduler;
+pub use send::{BatchSent, BatchValidation, IdempotencyKey, ItemError, Sent, body_hash};
+
+pub const DEFAULT_RATE_LIMIT: i64 = 120;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a completed response is replayed under its key.
+    pub replay_window_ms: i64,
+    /// Length of a rate-limit window (the limit is per window).
+    pub rate_window_ms: i64,
+    /// Upper bound of one email's handoff; also its lease: a `sending` email
+    /// older than this (plus a margin) belongs to a stopped node.
+    pub handoff_lease: Duration,
+    /// How many scheduled emails one node hands off at the same time (and
+    /// so claims at most at once).
+    pub scheduler_concurrency: usize,
+    /// How often an idle scheduler looks for emails other nodes scheduled;
+    /// it wakes earlier for the next due email it knows of, and at once for
+    /// one accepted on its own node.
+    pub scheduler_poll: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            replay_window_ms: 24 * 60 * 60 * 1000,
+            rate_window_ms: 60 * 1000,
+            handoff_lease: Duration::from_secs(120),
+            scheduler_concurrency: 16,
+            scheduler_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Who is calling, for one request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub principal: Principal,
+    pub request_id: i64,
+}
+
+#[derive(Clone)]
+pub struct MailService {
+    store: Store,
+    transport: Transport,
+    clock: Arc<dyn Clock>,
+    ids: Arc<IdGenerator>,
+    settings: Settings,
+    principals: Arc<auth::RememberedPrincipals>,
+    /// Told when this node accepts a scheduled email or moves one, so its
+    /// scheduler recomputes when to wake.
+    scheduler_wake: Arc<tokio::sync::Notify>,
+}
+
+impl MailService {
+    /// Registers this node and builds the service.
+    pub async fn start(
+        store: Store,
+        transport: Transport,
+        clock: Arc<dyn Clock>,
+        settings: Settings,
+    ) -> Result<MailService, Error> {
+        let node = store.register_node(clock.now_ms()).await?;
+        Ok(MailService {
+            store,
+            transport,
+            clock,
+            ids: Arc::new(IdGenerator::new(node)),
+            settings,
+            principals: Arc::default(),
+            scheduler_wake: Arc::default(),
+        })
+    }
+
+    pub fn next_id(&self) -> i64 {
+        self.ids.next()
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}

@@ -1,0 +1,283 @@
+//! SQLite's write path: one writer thread owns the only write connection and
+//! commits the units of concurrent requests together (group commit).
+//!
+//! The thread takes every unit waiting in its queue (up to `MAX_GROUP`),
+//! runs them in one `BEGIN IMMEDIATE` transaction, each unit of more than
+//! one step inside a savepoint of its own, commits once, and only then
+//! answers each unit's caller. A unit whose statement fails is rolled back
+//! to its savepoint and answered with its error; the others still commit.
+//! When the transaction itself cannot begin or commit (another process holds
+//! the database past the busy timeout, an I/O error), every unit of the
+//! group is answered with the error and nothing of it is written; the next
+//! group starts afresh. Readers never wait for the writer: they use their
+//! own pool (WAL mode). Checkpoints (copying the WAL into the database file,
+//! with its fsync) run on a thread of their own every `CHECKPOINT_EVERY`,
+//! never inside a commit, so they do not stall the writer.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::types::ToSqlOutput;
+use rusqlite::{Connection, OptionalExtension, ToSql};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::Error;
+
+use super::unit::{self, Param, Ran, Step, Unit, Yields};
+
+/// At most this many units share one transaction.
+const MAX_GROUP: usize = 512;
+/// How often the checkpoint thread copies the WAL into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
+type Reply = oneshot::Sender<Result<Ran, Error>>;
+
+enum Request {
+    Run(Unit, Reply),
+    /// Finish what is queued before it, close the connection, then answer.
+    Close(oneshot::Sender<()>),
+}
+
+/// The handle every clone of the store shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Writer {
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl Writer {
+    /// Opens the write connection and starts the writer thread.
+    pub fn start(path: &Path, busy_timeout: Duration) -> anyhow::Result<Writer> {
+        let conn = open(path, busy_timeout)?;
+        let checkpoints = open(path, busy_timeout)?;
+        // The checkpoint thread runs until the writer thread ends.
+        let (writer_alive, writer_gone) = std::sync::mpsc::channel::<()>();
+        let checkpointer = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || checkpoint(checkpoints, writer_gone))?;
+        let (requests, queue) = mpsc::unbounded_channel();
+        let path = path.to_path_buf();
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || {
+                serve(
+                    conn,
+                    queue,
+                    path,
+                    busy_timeout,
+                    (writer_alive, checkpointer),
+                )
+            })?;
+        Ok(Writer { requests })
+    }
+
+    /// Runs the unit in the next group; answers once that group committed
+    /// (or failed).
+    pub async fn run(&self, unit: Unit) -> Result<Ran, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Run(unit, reply))
+            .map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    /// Lets the queued units finish and closes the write connection.
+    pub async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        if self.requests.send(Request::Close(done)).is_ok() {
+            let _ = closed.await;
+        }
+    }
+}
+
+fn closed() -> Error {
+    Error::Unavailable {
+        detail: "storage is closed".into(),
+    }
+}
+
+fn open(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(busy_timeout)?;
+    // WAL + NORMAL: a commit survives a crash of the process (the crash test
+    // covers it); see README for power loss.
+    // No checkpoint inside a commit: the checkpoint thread does them. The
+    // writer keeps the hot pages of the indexes it inserts into in its own
+    // cache (64 MiB) and reads the rest through a memory map.
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+         PRAGMA wal_autocheckpoint = 0; PRAGMA cache_size = -65536; PRAGMA mmap_size = 268435456;",
+    )?;
+    Ok(conn)
+}
+
+/// Copies what the WAL holds into the database file, without blocking the
+/// writer (`PASSIVE`); once everything is copied, the writer starts the WAL
+/// over from its beginning, so it does not grow without bound.
+fn checkpoint(conn: Connection, writer_gone: std::sync::mpsc::Receiver<()>) {
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+        writer_gone.recv_timeout(CHECKPOINT_EVERY)
+    {
+        if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
+            tracing::warn!(error = %e, "sqlite checkpoint failed; retrying");
+        }
+    }
+}
+
+/// The writer thread: groups what is queued, commits, answers; ends when
+/// asked to close or when every handle is gone.
+fn serve(
+    mut conn: Connection,
+    mut queue: mpsc::UnboundedReceiver<Request>,
+    path: PathBuf,
+    busy_timeout: Duration,
+    checkpointer: (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>),
+) {
+    let mut closing = None;
+    while let Some(request) = queue.blocking_recv() {
+        let mut group = Vec::new();
+        let mut next = Some(request);
+        while let Some(request) = next.take() {
+            match request {
+                Request::Run(unit, reply) => group.push((unit, reply)),
+                Request::Close(done) => closing = Some(done),
+            }
+            if closing.is_none() && group.len() < MAX_GROUP {
+                next = queue.try_recv().ok();
+            }
+        }
+        if !group.is_empty() && !commit_group(&conn, group) {
+            // The connection is left inside a transaction it cannot end: a
+            // fresh one starts clean.
+            match open(&path, busy_timeout) {
+                Ok(fresh) => conn = fresh,
+                Err(e) => {
+                    tracing::error!(error = %e, "sqlite writer could not reopen the database")
+                }
+            }
+        }
+        if closing.is_some() {
+            break;
+        }
+    }
+    drop(conn);
+    let (writer_alive, checkpoint_thread) = checkpointer;
+    drop(writer_alive);
+    let _ = checkpoint_thread.join();
+    if let Some(done) = closing {
+        let _ = done.send(());
+    }
+}
+
+/// Runs the group in one transaction and answers every unit. Returns false
+/// when the connection could not be brought back out of the transaction.
+fn commit_group(conn: &Connection, group: Vec<(Unit, Reply)>) -> bool {
+    let units: Vec<&Unit> = group.iter().map(|(unit, _)| unit).collect();
+    let outcome = run_group(conn, &units);
+    let mut usable = true;
+    let answers: Vec<Result<Ran, Error>> = match outcome {
+        Ok(answers) => answers,
+        Err(e) => {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+                usable = conn.is_autocommit();
+            }
+            tracing::error!(error = %e, units = units.len(), "sqlite group commit failed; nothing of it was written");
+            units.iter().map(|_| Err(unavailable())).collect()
+        }
+    };
+    for ((_, reply), answer) in group.into_iter().zip(answers) {
+        let _ = reply.send(answer);
+    }
+    usable
+}
+
+fn run_group(conn: &Connection, units: &[&Unit]) -> rusqlite::Result<Vec<Result<Ran, Error>>> {
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let mut answers = Vec::with_capacity(units.len());
+    for unit in units {
+        match run_unit(conn, unit) {
+            // SQLite ended the whole transaction itself (I/O error, disk
+            // full): the units before this one are gone too.
+            Err(e) if conn.is_autocommit() => return Err(e),
+            ran => answers.push(ran.map_err(|e| storage_error(e, unit))),
+        }
+    }
+    conn.prepare_cached("COMMIT")?.execute([])?;
+    Ok(answers)
+}
+
+/// One unit; more than one step runs in a savepoint so that a failure or an
+/// abort undoes only this unit.
+fn run_unit(conn: &Connection, unit: &Unit) -> rusqlite::Result<Ran> {
+    if unit.steps.len() == 1 {
+        return run_steps(conn, unit);
+    }
+    conn.prepare_cached("SAVEPOINT unit")?.execute([])?;
+    let ran = run_steps(conn, unit);
+    if !matches!(ran, Ok(Ran::Committed(_) | Ran::Stopped(_))) {
+        conn.prepare_cached("ROLLBACK TO unit")?.execute([])?;
+    }
+    conn.prepare_cached("RELEASE unit")?.execute([])?;
+    ran
+}
+
+fn run_steps(conn: &Connection, unit: &Unit) -> rusqlite::Result<Ran> {
+    let mut yields = Vec::with_capacity(unit.steps.len());
+    for step in &unit.steps {
+        if let Some(end) = unit::record(step, execute(conn, step)?, &mut yields) {
+            return Ok(end);
+        }
+    }
+    Ok(Ran::Committed(yields))
+}
+
+fn execute(conn: &Connection, step: &Step) -> rusqlite::Result<i64> {
+    let mut statement = conn.prepare_cached(step.sql)?;
+    let params = rusqlite::params_from_iter(&step.params);
+    match step.yields {
+        Yields::Rows => statement.execute(params).map(|n| n as i64),
+        Yields::Value => Ok(statement
+            .query_row(params, |row| row.get::<_, i64>(0))
+            .optional()?
+            .unwrap_or(0)),
+    }
+}
+
+impl ToSql for Param {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        match self {
+            Param::Int(v) => v.to_sql(),
+            Param::OptInt(v) => v.to_sql(),
+            Param::Text(v) => v.to_sql(),
+            Param::OptText(v) => v.to_sql(),
+            Param::Ints(_) | Param::OptInts(_) | Param::Texts(_) | Param::OptTexts(_) => {
+                Err(rusqlite::Error::ToSqlConversionFailure(
+                    "array parameters are for PostgreSQL's unnest; a SQLite unit writes one row per step"
+                        .into(),
+                ))
+            }
+        }
+    }
+}
+
+fn unavailable() -> Error {
+    Error::Unavailable {
+        detail: "storage is not available".into(),
+    }
+}
+
+fn storage_error(e: rusqlite::Error, unit: &Unit) -> Error {
+    use rusqlite::ffi::{SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE};
+    match e.sqlite_error() {
+        Some(failure)
+            if failure.extended_code == SQLITE_CONSTRAINT_UNIQUE
+                || failure.extended_code == SQLITE_CONSTRAINT_PRIMARYKEY =>
+        {
+            unit.conflict(&e.to_string())
+        }
+        _ => {
+            tracing::error!(error = %e, "storage error");
+            unavailable()
+        }
+    }
+}

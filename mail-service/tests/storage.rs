@@ -1,0 +1,222 @@
+//! What the database says, precisely: a duplicate is a conflict, a stored
+//! value the code does not know is an error (never a silent default), and
+//! the operator's commands report both. And what the write path does when a
+//! write fails: the request gets 503, nothing of it is half written, the
+//! requests written beside it are not harmed, and the service recovers.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Backend, TestApp, TestDb, email};
+use mail_service::error::Error;
+use mail_service::service::Settings;
+use mail_service::store::StorageConfig;
+use serde_json::json;
+
+async fn a_duplicate_tenant_is_a_conflict(b: Backend) {
+    let app = TestApp::start(b).await;
+    app.service.create_tenant("globex", 120).await.unwrap();
+    let err = app.service.create_tenant("globex", 120).await.unwrap_err();
+    assert_eq!(
+        err,
+        Error::Conflict {
+            what: "tenant `globex` already exists".into()
+        }
+    );
+    // A key for an existing tenant joins it instead of failing.
+    app.service
+        .create_api_key(
+            "globex",
+            "app",
+            mail_service::model::Permission::SendingAccess,
+        )
+        .await
+        .unwrap();
+    assert_eq!(app.service.list_api_keys("globex").await.unwrap().len(), 1);
+    assert!(matches!(
+        app.service.set_rate_limit("initech", 10).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        app.service.set_rate_limit("globex", 0).await,
+        Err(Error::Validation { .. })
+    ));
+}
+
+async fn the_cli_reports_conflicts_and_unknown_tenants(b: Backend) {
+    let db = TestDb::new(b);
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_mail-service"))
+            .args(args)
+            .envs(db.env())
+            .output()
+            .expect("cli runs")
+    };
+    assert!(run(&["tenant", "create", "demo"]).status.success());
+    let again = run(&["tenant", "create", "demo"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr).trim(),
+        "error: tenant `demo` already exists"
+    );
+    let missing = run(&["key", "list", "--tenant", "nobody"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("tenant `nobody` not found"));
+    let zero = run(&["tenant", "set-rate-limit", "demo", "0"]);
+    assert_eq!(zero.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("rate_limit: must be at least 1"));
+}
+
+async fn an_unknown_stored_status_is_an_error(b: Backend) {
+    let app = TestApp::start(b).await;
+    let id = app.send(&email()).await.body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.db
+        .execute(&format!(
+            "UPDATE emails SET status = 'teleported' WHERE id = {id}"
+        ))
+        .await;
+    let resp = app.get(&format!("/emails/{id}")).await;
+    resp.expect(500, "internal_server_error");
+    assert!(
+        resp.message().contains("unknown email status `teleported`"),
+        "{}",
+        resp.message()
+    );
+}
+
+async fn a_broken_reservation_is_an_error_not_an_empty_one(b: Backend) {
+    let app = TestApp::start(b).await;
+    app.send_with_key("k-1", &email()).await.expect(200, "");
+    app.send_with_key("k-2", &email()).await.expect(200, "");
+    app.db
+        .execute("UPDATE idempotency_keys SET email_ids = '[1,' WHERE idem_key = 'k-1'")
+        .await;
+    app.db
+        .execute("UPDATE idempotency_keys SET outcome = '{\"kind\":\"teleported\"}' WHERE idem_key = 'k-2'")
+        .await;
+    for key in ["k-1", "k-2"] {
+        let resp = app.send_with_key(key, &email()).await;
+        resp.expect(500, "internal_server_error");
+    }
+    assert_eq!(app.outbox_count(), 2, "nothing was sent again");
+}
+
+/// A trigger that makes inserting an email with the subject `poison` fail,
+/// as a full disk or a broken constraint would.
+async fn poison_emails(db: &TestDb, backend: Backend) {
+    match backend {
+        Backend::Sqlite => {
+            db.execute(
+                "CREATE TRIGGER poison BEFORE INSERT ON emails WHEN NEW.subject = 'poison' \
+                 BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+            )
+            .await
+        }
+        Backend::Postgres => {
+            db.execute(
+                "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN IF NEW.subject = 'poison' THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$; \
+                 CREATE TRIGGER poison BEFORE INSERT ON emails FOR EACH ROW EXECUTE FUNCTION poison()",
+            )
+            .await
+        }
+    }
+}
+
+async fn a_failing_write_leaves_nothing_half_written(b: Backend) {
+    let app = TestApp::start(b).await;
+    poison_emails(&app.db, b).await;
+    let mut poison = email();
+    poison["subject"] = json!("poison");
+    // One batch whose second email cannot be stored, among sends that can:
+    // on SQLite they are committed in the same groups.
+    let batch = json!([email(), poison]);
+    let mut requests = vec![app.spawn_post("/emails/batch", "poisoned", &batch)];
+    for n in 0..20 {
+        requests.push(app.spawn_post("/emails", &format!("fine-{n}"), &email()));
+    }
+    let mut answers = Vec::new();
+    for r in requests {
+        answers.push(r.await.unwrap());
+    }
+    answers[0].expect(503, "service_unavailable");
+    for fine in &answers[1..] {
+        fine.expect(200, "");
+    }
+    // Neither the key nor the batch's first email was kept.
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) FROM idempotency_keys WHERE idem_key = 'poisoned'")
+            .await,
+        0
+    );
+    assert_eq!(app.db.count("SELECT count(*) FROM emails").await, 20);
+    assert_eq!(app.outbox_count(), 20);
+    let log = app
+        .get(&format!(
+            "/logs/{}",
+            answers[0].header("x-request-id").unwrap()
+        ))
+        .await;
+    assert_eq!(log.body["status"], 503, "the failure is in the request log");
+
+    // Once the fault is gone the same request goes through, once.
+    app.db
+        .execute(match b {
+            Backend::Sqlite => "DROP TRIGGER poison",
+            Backend::Postgres => "DROP TRIGGER poison ON emails",
+        })
+        .await;
+    let retried = app
+        .spawn_post("/emails/batch", "poisoned", &batch)
+        .await
+        .unwrap();
+    retried.expect(200, "");
+    assert_eq!(retried.body["data"].as_array().unwrap().len(), 2);
+    assert_eq!(app.outbox_count(), 22);
+}
+
+async fn a_locked_database_is_503_and_the_writer_recovers(b: Backend) {
+    assert_eq!(b, Backend::Sqlite);
+    let mut db = TestDb::new(b);
+    // Another process (an operator's tool) holds the write lock longer than
+    // the service waits for it.
+    if let StorageConfig::Sqlite { busy_timeout, .. } = &mut db.storage {
+        *busy_timeout = Duration::from_millis(200);
+    }
+    let app = TestApp::on(db, None, Settings::default()).await;
+    let holder = app.db.hold_sqlite_write_lock().await;
+    for n in 0..3 {
+        app.send_with_key(&format!("locked-{n}"), &email())
+            .await
+            .expect(503, "service_unavailable");
+    }
+    drop(holder);
+
+    // The writer goes on: the same keys now send, each once.
+    for n in 0..3 {
+        app.send_with_key(&format!("locked-{n}"), &email())
+            .await
+            .expect(200, "");
+    }
+    assert_eq!(app.outbox_count(), 3);
+    assert_eq!(app.db.count("SELECT count(*) FROM emails").await, 3);
+}
+
+on_both_backends!(
+    a_duplicate_tenant_is_a_conflict,
+    the_cli_reports_conflicts_and_unknown_tenants,
+    an_unknown_stored_status_is_an_error,
+    a_broken_reservation_is_an_error_not_an_empty_one,
+    a_failing_write_leaves_nothing_half_written,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_locked_database_is_503_and_the_writer_recovers() {
+    a_locked_database_is_503_and_the_writer_recovers(Backend::Sqlite).await
+}
