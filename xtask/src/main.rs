@@ -5,6 +5,8 @@
 
 mod demo;
 mod guests;
+mod layers;
+mod new_extension;
 mod panel;
 mod release;
 mod run;
@@ -54,6 +56,8 @@ enum Command {
     Release(release::Args),
     /// Check that the plugin component builds to the same bytes from scratch.
     Reproducible,
+    /// Check that host-sim's modules import only modules of lower layers.
+    Layers,
     /// Run every test: build what tests need, then the whole test suite.
     Test(test::Args),
     /// The main job: build the release, install it into a host-sim state in
@@ -61,6 +65,10 @@ enum Command {
     /// with an Umami-compatible provider fake, until Ctrl-C.
     #[command(long_about = DEMO_ABOUT)]
     Demo(demo::Args),
+    /// Create a new extension project from the template: a manifest with
+    /// one action and one binding, the action on the extension-guest crate,
+    /// and its tests.
+    NewExtension(new_extension::Args),
 }
 
 fn main() -> ExitCode {
@@ -79,8 +87,10 @@ fn main() -> ExitCode {
         Command::Reproducible => {
             guests::check_reproducible(&toolchain::WasmToolchain::detect_or_exit())
         }
+        Command::Layers => layers::run(),
         Command::Test(args) => test::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::NewExtension(args) => new_extension::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,7 +5,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::toolchain::WasmToolchain;
-use crate::{guests, release, run};
+use crate::{guests, layers, release, run};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,10 +18,13 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let toolchain = WasmToolchain::detect()?;
-    crate::step(format!("[1/5] {}", toolchain.describe()));
+    crate::step("[1/7] host-sim's module layers");
+    layers::run()?;
 
-    crate::step("[2/5] guest components and the signed release");
+    let toolchain = WasmToolchain::detect()?;
+    crate::step(format!("[2/7] {}", toolchain.describe()));
+
+    crate::step("[3/7] guest components and the signed release");
     guests::build(&toolchain, &[])?;
     release::run(
         &release::Args {
@@ -32,16 +35,21 @@ pub fn run(args: &Args) -> Result<()> {
     )?;
 
     if args.skip_reproducible {
-        crate::step("[3/5] reproducibility check skipped (--skip-reproducible)");
+        crate::step("[4/7] reproducibility check skipped (--skip-reproducible)");
     } else {
-        crate::step("[3/5] reproducibility of the plugin component");
+        crate::step("[4/7] reproducibility of the plugin component");
         guests::check_reproducible(&toolchain)?;
     }
 
-    crate::step("[4/5] the browser test's npm packages");
-    browser_packages()?;
+    crate::step("[5/7] npm packages of the browser and SDK tests");
+    for (dir, package) in NPM_TESTS {
+        npm_packages(dir, package)?;
+    }
 
-    crate::step("[5/5] cargo test --workspace");
+    crate::step("[6/7] cargo-component for the extension template's test");
+    cargo_component()?;
+
+    crate::step("[7/7] cargo test --workspace");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run::checked(
         Command::new(cargo)
@@ -51,29 +59,75 @@ pub fn run(args: &Args) -> Result<()> {
     )
 }
 
-/// Installs `tests/browser/node_modules` from its lock file (`npm ci`) when
-/// playwright-core is missing or not the pinned version. Without npm it says
-/// so and goes on: the browser test then names what is missing (and fails
-/// when `CI` is set; `.ci/run` installs nodejs and chromium).
-fn browser_packages() -> Result<()> {
-    let dir = crate::workspace_root().join("tests/browser");
+/// The cargo-component the docs pin.
+pub const CARGO_COMPONENT_VERSION: &str = "0.21.1";
+
+/// Installs the pinned cargo-component unless it is already installed, and
+/// makes the folder it looks for in Debian's rustc-web sysroot (it refuses
+/// to build for a target the sysroot has no folder for; the offline recipe
+/// builds std from source, so the folder stays empty).
+fn cargo_component() -> Result<()> {
+    let installed = run::output(Command::new("cargo-component").arg("--version"));
+    let wanted = format!("cargo-component {CARGO_COMPONENT_VERSION}");
+    if installed.as_deref().is_some_and(|v| v.starts_with(&wanted)) {
+        println!("    {wanted} is installed");
+    } else {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        run::checked(Command::new(cargo).args([
+            "install",
+            "cargo-component",
+            "--version",
+            CARGO_COMPONENT_VERSION,
+            "--locked",
+        ]))?;
+    }
+    let debian_sysroot = std::path::Path::new("/usr/lib/rustlib");
+    let folder = debian_sysroot.join("wasm32-wasip1/lib");
+    if debian_sysroot.is_dir() && !folder.is_dir() {
+        match std::fs::create_dir_all(&folder) {
+            Ok(()) => println!("    created {} for cargo-component", folder.display()),
+            Err(e) => println!(
+                "    cannot create {} ({e}); the offline build in the template's test will say so",
+                folder.display()
+            ),
+        }
+    }
+    Ok(())
+}
+
+/// Test directories with a locked npm install, and the package whose pinned
+/// version says whether the install is current.
+const NPM_TESTS: &[(&str, &str)] = &[
+    // The console in chromium (tests/browser.rs).
+    ("tests/browser", "playwright-core"),
+    // Resend's Node SDK against mail-service (mail-service/tests/sdk.rs).
+    ("mail-service/tests/sdk", "resend"),
+];
+
+/// Installs `<dir>/node_modules` from its lock file (`npm ci`) when `package`
+/// is missing or not the pinned version. Without npm it says so and goes on:
+/// the tests then name what is missing (and fail when `CI` is set;
+/// `.ci/run` installs nodejs).
+fn npm_packages(dir: &str, package: &str) -> Result<()> {
+    let dir = crate::workspace_root().join(dir);
     let version = |path: &std::path::Path| -> Option<String> {
         let text = std::fs::read_to_string(path).ok()?;
         let json: serde_json::Value = serde_json::from_str(&text).ok()?;
         let field = json
-            .pointer("/dependencies/playwright-core")
+            .get("dependencies")
+            .and_then(|d| d.get(package))
             .or_else(|| json.get("version"))?;
         field.as_str().map(str::to_owned)
     };
     let pinned = version(&dir.join("package.json"))
-        .context("tests/browser/package.json pins no playwright-core version")?;
-    let installed = version(&dir.join("node_modules/playwright-core/package.json"));
+        .with_context(|| format!("{}/package.json pins no {package} version", dir.display()))?;
+    let installed = version(&dir.join("node_modules").join(package).join("package.json"));
     if installed.as_deref() == Some(pinned.as_str()) {
-        println!("    playwright-core {pinned} is installed");
+        println!("    {package} {pinned} is installed in {}", dir.display());
         return Ok(());
     }
     if !run::on_path("npm") {
-        println!("    npm is not installed; the browser test will say what it misses");
+        println!("    npm is not installed; the tests that need {package} will say so");
         return Ok(());
     }
     run::checked(
