@@ -181,6 +181,133 @@ async fn a_failing_write_leaves_nothing_half_written(b: Backend) {
     assert_eq!(app.outbox_count(), 22);
 }
 
+/// A trigger that makes the commit of a transaction that inserted an email
+/// with the subject `poison-commit` fail (a deferred foreign key checked at
+/// COMMIT), as a disk error at commit would: every statement has run, the
+/// commit is refused.
+async fn poison_commits(db: &TestDb, backend: Backend) {
+    match backend {
+        Backend::Sqlite => {
+            db.execute(
+                "CREATE TABLE poison_parent (id INTEGER PRIMARY KEY); \
+                 CREATE TABLE poison_child (parent INTEGER REFERENCES poison_parent(id) DEFERRABLE INITIALLY DEFERRED); \
+                 CREATE TRIGGER poison_commit AFTER INSERT ON emails WHEN NEW.subject = 'poison-commit' \
+                 BEGIN INSERT INTO poison_child VALUES (1); END",
+            )
+            .await
+        }
+        Backend::Postgres => {
+            db.execute(
+                "CREATE TABLE poison_parent (id BIGINT PRIMARY KEY); \
+                 CREATE TABLE poison_child (parent BIGINT REFERENCES poison_parent(id) DEFERRABLE INITIALLY DEFERRED); \
+                 CREATE FUNCTION poison_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN IF NEW.subject = 'poison-commit' THEN INSERT INTO poison_child VALUES (1); END IF; RETURN NEW; END $$; \
+                 CREATE TRIGGER poison_commit AFTER INSERT ON emails FOR EACH ROW EXECUTE FUNCTION poison_commit()",
+            )
+            .await
+        }
+    }
+}
+
+/// The commit itself fails after every statement of a unit ran. On SQLite
+/// that unit shares its transaction with the units committed beside it
+/// (group commit): the whole group is refused, each of its requests gets 503
+/// and nothing of any of them is written, not even the statements that ran;
+/// the requests in other groups are not harmed, and the writer goes on. On
+/// PostgreSQL only the poisoned request fails.
+async fn a_failing_commit_is_503_for_its_group_and_nothing_is_written(b: Backend) {
+    let app = TestApp::start(b).await;
+    poison_commits(&app.db, b).await;
+    let mut poison = email();
+    poison["subject"] = json!("poison-commit");
+    let mut requests = vec![app.spawn_post("/emails", "poisoned", &poison)];
+    for n in 0..30 {
+        requests.push(app.spawn_post("/emails", &format!("beside-{n}"), &email()));
+    }
+    let mut answers = Vec::new();
+    for r in requests {
+        answers.push(r.await.unwrap());
+    }
+    answers[0].expect(503, "service_unavailable");
+    let (mut refused, mut unrecorded) = (0, 0);
+    for (n, answer) in answers.iter().enumerate().skip(1) {
+        let key = format!("beside-{}", n - 1);
+        let kept = app
+            .db
+            .count(&format!(
+                "SELECT count(*) FROM idempotency_keys WHERE idem_key = '{key}'"
+            ))
+            .await;
+        match answer.status {
+            200 => {
+                let id = answer.body["id"].as_str().unwrap();
+                let stored = app.get(&format!("/emails/{id}")).await;
+                assert_eq!(stored.body["status"], "sent", "{key}");
+                assert_eq!(kept, 1, "{key}");
+            }
+            // Its outcome shared the refused group: handed off but not
+            // recorded, so it is `unknown` to the caller and never resent.
+            502 => {
+                answer.expect(502, "handoff_failed");
+                assert_eq!(answer.body["status"], "unknown", "{key}");
+                assert_eq!(kept, 1, "{key}");
+                unrecorded += 1;
+            }
+            _ => {
+                answer.expect(503, "service_unavailable");
+                assert_eq!(kept, 0, "{key}: refused, so nothing of it is kept");
+                refused += 1;
+            }
+        }
+    }
+    if b == Backend::Postgres {
+        assert_eq!(
+            refused + unrecorded,
+            0,
+            "PostgreSQL commits each request on its own"
+        );
+    }
+    let sent = answers.len() - 1 - refused;
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) FROM idempotency_keys WHERE idem_key = 'poisoned'")
+            .await,
+        0
+    );
+    assert_eq!(
+        app.db.count("SELECT count(*) FROM emails").await,
+        sent as i64
+    );
+    assert_eq!(app.db.count("SELECT count(*) FROM poison_child").await, 0);
+    assert_eq!(app.outbox_count(), sent);
+    eprintln!(
+        "{b:?}: {refused} requests refused with the poisoned commit, {unrecorded} outcomes unrecorded, {sent} handed off"
+    );
+
+    // The writer goes on: the refused requests, retried under their keys,
+    // each send once; the poisoned one once the fault is gone.
+    for (n, answer) in answers.iter().enumerate().skip(1) {
+        if answer.status == 503 {
+            app.spawn_post("/emails", &format!("beside-{}", n - 1), &email())
+                .await
+                .unwrap()
+                .expect(200, "");
+        }
+    }
+    app.db
+        .execute(match b {
+            Backend::Sqlite => "DROP TRIGGER poison_commit",
+            Backend::Postgres => "DROP TRIGGER poison_commit ON emails",
+        })
+        .await;
+    app.spawn_post("/emails", "poisoned", &poison)
+        .await
+        .unwrap()
+        .expect(200, "");
+    assert_eq!(app.outbox_count(), 31);
+    assert_eq!(app.db.count("SELECT count(*) FROM emails").await, 31);
+}
+
 async fn a_locked_database_is_503_and_the_writer_recovers(b: Backend) {
     assert_eq!(b, Backend::Sqlite);
     let mut db = TestDb::new(b);
@@ -214,6 +341,7 @@ on_both_backends!(
     an_unknown_stored_status_is_an_error,
     a_broken_reservation_is_an_error_not_an_empty_one,
     a_failing_write_leaves_nothing_half_written,
+    a_failing_commit_is_503_for_its_group_and_nothing_is_written,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
