@@ -580,6 +580,30 @@ async fn a_claim_whose_node_died_becomes_unknown(b: Backend) {
         .unwrap();
     assert_eq!(claimed, 1);
     assert_eq!(status(&app, &id).await["status"], "sending");
+    // Claimed (due and its handoff under way): too late to move or cancel,
+    // whatever the revision, and the answer says why.
+    let etag = app.get(&format!("/emails/{id}")).await;
+    let current = etag.header("etag").unwrap().to_string();
+    assert_eq!(current, "\"2\"", "the claim is a revision");
+    let moved = patch(
+        &app,
+        &id,
+        Some(&current),
+        &json!({"scheduled_at": at(&app, 10 * MINUTE)}),
+    )
+    .await;
+    moved.expect(409, "invalid_state");
+    assert_eq!(moved.body["status"], "sending");
+    assert!(
+        moved
+            .message()
+            .contains("is sending: its handoff has started"),
+        "{}",
+        moved.message()
+    );
+    let canceled = cancel(&app, &id, &[("if-match", &current)], None).await;
+    canceled.expect(409, "invalid_state");
+    assert_eq!(canceled.body["status"], "sending");
     assert_eq!(
         app.service.sweep().await.unwrap(),
         0,
@@ -588,6 +612,14 @@ async fn a_claim_whose_node_died_becomes_unknown(b: Backend) {
     app.clock.advance_ms(MINUTE + 1);
     assert_eq!(app.service.sweep().await.unwrap(), 1);
     assert_eq!(status(&app, &id).await["status"], "unknown");
+    let late = cancel(&app, &id, &[], None).await;
+    late.expect(409, "invalid_state");
+    assert!(
+        late.message()
+            .contains("its handoff has an unknown outcome"),
+        "{}",
+        late.message()
+    );
     assert_eq!(app.service.dispatch_due().await.unwrap(), 0);
     assert_eq!(app.outbox_count(), 0);
 }
