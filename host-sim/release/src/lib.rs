@@ -24,8 +24,8 @@ pub use manifest::{
 };
 pub use pattern::{PathPattern, PatternError};
 pub use release::{
-    MANIFEST_FILE, ReleaseBundle, SIGNATURE_FILE, VerifiedRelease, VerifyError, WrittenRelease,
-    sign_manifest, write_release,
+    MANIFEST_FILE, ReleaseBundle, SIGNATURE_FILE, VerifiedRelease, VerifyError, WriteError,
+    WrittenRelease, sign_dir, sign_manifest, write_release,
 };
 pub use signing::{KeyError, KeyId, PublicKey, PublisherKey, TrustStore};
 

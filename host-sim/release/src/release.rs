@@ -97,6 +97,10 @@ pub enum WriteError {
     BadPath(String),
     #[error("the release does not contain the {field} `{path}`")]
     MissingFile { field: &'static str, path: String },
+    #[error("cannot read the release's files: {0}")]
+    Read(String),
+    #[error("{dir} has no {MANIFEST_FILE}")]
+    NoManifest { dir: String },
     #[error("cannot write {path}: {source}")]
     Io {
         path: String,
@@ -206,6 +210,56 @@ pub fn write_release(
         key_id,
         files: digests,
         manifest_digest: crate::sha256_hex(text.as_bytes()),
+    })
+}
+
+/// Signs the release staged in `dir` in place: `dir` holds the source
+/// `manifest.toml` (without a `[release]` table) and every file of the
+/// release (the component, the panel's files). A `manifest.toml.sig` left
+/// from an earlier signing is replaced. The signed release is written beside
+/// `dir` first and then takes its place, so a failure leaves `dir` as it was.
+pub fn sign_dir(dir: &Path, key: &PublisherKey) -> Result<WrittenRelease, WriteError> {
+    let mut files = BTreeMap::new();
+    read_tree(dir, dir, &mut files).map_err(|e| WriteError::Read(e.to_string()))?;
+    let source = files
+        .remove(MANIFEST_FILE)
+        .ok_or_else(|| WriteError::NoManifest {
+            dir: dir.display().to_string(),
+        })?;
+    files.remove(SIGNATURE_FILE);
+    let source = String::from_utf8(source)
+        .map_err(|_| WriteError::Manifest(ManifestError::Syntax("not UTF-8".to_owned())))?;
+    // The real path: `.` or `..` name no directory to put beside.
+    let real = dir
+        .canonicalize()
+        .map_err(|e| WriteError::Read(format!("{}: {e}", dir.display())))?;
+    let name = real
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| WriteError::BadPath(dir.display().to_string()))?;
+    let staging = real.with_file_name(format!(".{name}.signing"));
+    let written = write_release(&source, &files, key, &staging);
+    let written = match written {
+        Ok(written) => written,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| WriteError::Io { path, source }
+    };
+    let previous = real.with_file_name(format!(".{name}.unsigned"));
+    if previous.exists() {
+        std::fs::remove_dir_all(&previous).map_err(io(&previous))?;
+    }
+    std::fs::rename(&real, &previous).map_err(io(dir))?;
+    std::fs::rename(&staging, &real).map_err(io(dir))?;
+    std::fs::remove_dir_all(&previous).map_err(io(&previous))?;
+    Ok(WrittenRelease {
+        dir: dir.to_owned(),
+        ..written
     })
 }
 
@@ -356,6 +410,47 @@ mod tests {
         files.remove("plugin.wasm");
         let err = write_release(SOURCE, &files, &key, dir.path()).unwrap_err();
         assert!(err.to_string().contains("plugin.wasm"), "{err}");
+    }
+
+    #[test]
+    fn a_staged_release_is_signed_in_place() {
+        let key = PublisherKey::generate();
+        let trust = TrustStore::from_keys([key.public()]);
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("staged");
+        std::fs::create_dir_all(dir.join("panel")).unwrap();
+        std::fs::write(dir.join(MANIFEST_FILE), SOURCE).unwrap();
+        for (path, bytes) in sample_files() {
+            std::fs::write(dir.join(&path), bytes).unwrap();
+        }
+        let written = sign_dir(&dir, &key).unwrap();
+        assert_eq!(written.dir, dir);
+        assert_eq!(written.files.len(), 3);
+        let verified = ReleaseBundle::read_dir(&dir)
+            .unwrap()
+            .verify(&trust)
+            .unwrap();
+        assert_eq!(verified.key_id, key.public().key_id());
+        assert_eq!(
+            std::fs::read_dir(root.path()).unwrap().count(),
+            1,
+            "no staging directory is left"
+        );
+
+        // Signed again: the signed manifest is no source manifest.
+        let err = sign_dir(&dir, &key).unwrap_err();
+        assert!(matches!(err, WriteError::HasReleaseTable), "{err}");
+        assert!(
+            ReleaseBundle::read_dir(&dir)
+                .unwrap()
+                .verify(&trust)
+                .is_ok()
+        );
+
+        let empty = root.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        let err = sign_dir(&empty, &key).unwrap_err().to_string();
+        assert!(err.contains("has no manifest.toml"), "{err}");
     }
 
     #[test]
