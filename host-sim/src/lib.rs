@@ -16,7 +16,8 @@
 //!    `Send + Sync`; share it with `Arc<Host>` and call [`Host::invoke`]
 //!    from blocking tasks;
 //! 7. [`serve`]: the HTTP surfaces (API, MCP, console); the only place
-//!    that knows HTTP status codes.
+//!    that knows HTTP status codes; and [`testing`], the in-process test
+//!    host for an extension's own tests.
 
 mod bindings;
 pub mod capabilities;
@@ -29,12 +30,13 @@ pub mod secret;
 pub mod serve;
 pub mod spec;
 pub mod state;
+pub mod testing;
 pub mod verify;
 
 pub use error::{InvokeError, Limit};
 pub use host::{
-    Caller, Host, HostConfig, HostError, InvalidInput, Invocation, InvokeRequest, IssuedToken,
-    MAX_SESSION_TTL, PanelSession,
+    Caller, DEVELOPMENT_MARKER, Host, HostConfig, HostError, InvalidInput, Invocation,
+    InvokeRequest, IssuedToken, MAX_SESSION_TTL, PanelSession,
 };
 pub use limits::SandboxLimits;
 pub use pool::{InstantiationSamples, SandboxStats};

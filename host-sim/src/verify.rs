@@ -6,11 +6,12 @@
 //! store what [`verify`] accepted in one transaction: nothing is
 //! half-installed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use extension_release::component::{self, ComponentError};
-use extension_release::{ReleaseBundle, TrustStore, VerifiedRelease, VerifyError};
+use extension_release::{Manifest, ReleaseBundle, TrustStore, VerifiedRelease, VerifyError};
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
@@ -36,6 +37,10 @@ pub enum InstallError {
     Runtime(String),
     #[error("{0}")]
     State(#[from] StateError),
+    /// A signed release into a development state, or a development build
+    /// into an operator's state.
+    #[error("{0}")]
+    Development(&'static str),
 }
 
 /// A verified or installed release, as operators see it.
@@ -83,20 +88,103 @@ pub fn verify(
         TrustStore::load_dir(trust_dir).map_err(|e| InstallError::TrustStore(e.to_string()))?;
     progress("verifying the signature and every file digest");
     let release = ReleaseBundle::read_dir(dir)?.verify(&trust)?;
+    let compiled = check_component(
+        engine,
+        linker,
+        &release.manifest,
+        release.component(),
+        release.digest(),
+        progress,
+    )?;
+    Ok((release, compiled))
+}
+
+/// Every check of a release but the signature: the component against its
+/// manifest (validity, WIT version, imports), the schemas, compiling and
+/// linking it.
+fn check_component(
+    engine: &Engine,
+    linker: &Linker<StoreData>,
+    manifest: &Manifest,
+    bytes: &[u8],
+    digest: String,
+    progress: &mut dyn FnMut(&str),
+) -> Result<CompiledRelease, InstallError> {
     progress("inspecting the component (validity, WIT version, imports)");
-    let info = component::inspect(release.component())?;
-    component::check_against_manifest(&release.manifest, &info, SUPPORTED_WIT_VERSIONS)?;
-    let spec = ExtensionSpec::from_manifest(&release.manifest).map_err(InstallError::Manifest)?;
+    let info = component::inspect(bytes)?;
+    component::check_against_manifest(manifest, &info, SUPPORTED_WIT_VERSIONS)?;
+    let spec = ExtensionSpec::from_manifest(manifest).map_err(InstallError::Manifest)?;
     progress("compiling the component");
-    let component = sandbox::compile(engine, release.component())
-        .map_err(|e| InstallError::Runtime(e.to_string()))?;
+    let component =
+        sandbox::compile(engine, bytes).map_err(|e| InstallError::Runtime(e.to_string()))?;
     linker
         .instantiate_pre(&component)
         .map_err(|e| InstallError::Runtime(e.to_string()))?;
-    let compiled = CompiledRelease {
-        digest: release.digest(),
+    Ok(CompiledRelease {
+        digest,
         spec: Arc::new(spec),
         component,
-    };
-    Ok((release, compiled))
+    })
+}
+
+/// An unsigned build of `host-sim dev` and the in-process test host: the
+/// manifest as its developer wrote it and the files it names.
+#[derive(Debug, Clone)]
+pub struct DevelopmentBuild {
+    pub manifest: Manifest,
+    pub manifest_text: String,
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// SHA-256 over the manifest and every file's digest: a new build of
+    /// either is a new release.
+    pub digest: String,
+}
+
+/// The key id development builds are stored under (no publisher signed them).
+pub const DEVELOPMENT_KEY_ID: &str = "development (unsigned)";
+
+/// Checks an unsigned development build as [`verify`] checks a release,
+/// except for the signature and the file list (which only a signed
+/// release has).
+pub fn verify_development(
+    engine: &Engine,
+    linker: &Linker<StoreData>,
+    manifest_text: &str,
+    files: BTreeMap<String, Vec<u8>>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(DevelopmentBuild, CompiledRelease), InstallError> {
+    progress("reading the manifest");
+    let manifest =
+        Manifest::from_toml(manifest_text).map_err(|e| InstallError::Manifest(e.to_string()))?;
+    for (field, path) in manifest.required_files() {
+        if !files.contains_key(path) {
+            return Err(InstallError::Manifest(format!(
+                "the {field} `{path}` is missing from the development build"
+            )));
+        }
+    }
+    let mut digest_input = manifest_text.as_bytes().to_vec();
+    for (path, bytes) in &files {
+        digest_input.extend_from_slice(
+            format!("\n{path} {}", extension_release::sha256_hex(bytes)).as_bytes(),
+        );
+    }
+    let digest = extension_release::sha256_hex(&digest_input);
+    let component = &files[&manifest.extension.component];
+    let compiled = check_component(
+        engine,
+        linker,
+        &manifest,
+        component,
+        digest.clone(),
+        progress,
+    )?;
+    Ok((
+        DevelopmentBuild {
+            manifest,
+            manifest_text: manifest_text.to_owned(),
+            files,
+            digest,
+        },
+        compiled,
+    ))
 }

@@ -28,7 +28,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         &["pool", "verify"],
     ),
     ("host facade", &["host"]),
-    ("surfaces", &["serve"]),
+    ("surfaces", &["serve", "testing"]),
 ];
 
 /// Files that are crate roots, not modules of a layer.

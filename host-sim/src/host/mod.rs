@@ -36,7 +36,16 @@ pub struct HostConfig {
     /// `<state_dir>/trusted-publishers`.
     pub trust_dir: Option<PathBuf>,
     pub limits: SandboxLimits,
+    /// Marks the state as a development state (see [`DEVELOPMENT_MARKER`]):
+    /// it takes unsigned development builds and refuses signed releases.
+    pub development: bool,
 }
+
+/// The file beside the database that marks a development state, one that
+/// `host-sim dev` or [`crate::testing`] made. Such a state takes unsigned
+/// builds ([`Host::install_development`]) and refuses releases; an
+/// operator's state is the other way round.
+pub const DEVELOPMENT_MARKER: &str = "DEVELOPMENT-STATE";
 
 impl HostConfig {
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
@@ -45,6 +54,15 @@ impl HostConfig {
             db_path: None,
             trust_dir: None,
             limits: SandboxLimits::default(),
+            development: false,
+        }
+    }
+
+    /// A development state in `state_dir` (see [`DEVELOPMENT_MARKER`]).
+    pub fn development(state_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            development: true,
+            ..Self::new(state_dir)
         }
     }
 
@@ -88,6 +106,7 @@ pub struct Host {
     pool: InstancePool,
     limits: Arc<SandboxLimits>,
     trust_dir: PathBuf,
+    development: bool,
     _ticker: EpochTicker,
 }
 
@@ -96,7 +115,25 @@ impl Host {
     /// and starts its epoch ticker (stopped when the host is dropped).
     pub fn open(config: HostConfig) -> Result<Self, HostError> {
         let sandbox_error = |e: &dyn std::fmt::Display| HostError::Sandbox(e.to_string());
-        let state = Arc::new(State::open(&config.db_path())?);
+        let db_path = config.db_path();
+        let marker = db_path
+            .parent()
+            .unwrap_or_else(|| Path::new("."))
+            .join(DEVELOPMENT_MARKER);
+        if config.development && !marker.exists() {
+            if let Some(parent) = marker.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    HostError::Sandbox(format!("cannot create {}: {e}", parent.display()))
+                })?;
+            }
+            std::fs::write(
+                &marker,
+                "A development state of `host-sim dev`: unsigned builds only, never releases.\n",
+            )
+            .map_err(|e| HostError::Sandbox(format!("cannot write {}: {e}", marker.display())))?;
+        }
+        let development = marker.exists();
+        let state = Arc::new(State::open(&db_path)?);
         let limits = Arc::new(config.limits.clone());
         let engine = sandbox::engine(&limits, true).map_err(|e| sandbox_error(&e))?;
         let ticker =
@@ -109,6 +146,7 @@ impl Host {
             pool,
             limits,
             trust_dir: config.trust_dir(),
+            development,
             _ticker: ticker,
         })
     }
@@ -134,5 +172,10 @@ impl Host {
 
     pub fn trust_dir(&self) -> &Path {
         &self.trust_dir
+    }
+
+    /// Whether this is a development state (see [`DEVELOPMENT_MARKER`]).
+    pub fn is_development(&self) -> bool {
+        self.development
     }
 }

@@ -2,7 +2,7 @@
 //! approvals, grants, bindings, project settings and tokens. Each checks
 //! its input (naming the field and the rule) before the state changes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -130,6 +130,11 @@ impl Host {
         upgrade: bool,
         progress: &mut dyn FnMut(&str),
     ) -> Result<ReleaseSummary, InstallError> {
+        if self.development {
+            return Err(InstallError::Development(
+                "this is a development state of `host-sim dev`, which runs unsigned builds only; install releases into an operator's state (another --state-dir)",
+            ));
+        }
         let (release, compiled) = self.verified(dir, progress)?;
         let summary = verify::summary(&release);
         progress("storing the release");
@@ -160,6 +165,68 @@ impl Host {
             "release installed"
         );
         Ok(summary)
+    }
+
+    /// Installs an unsigned development build (the manifest as written and
+    /// the files it names), or replaces the installed build of the same
+    /// extension, with every declared capability approved: a new runtime
+    /// generation. Invocations running on the replaced build finish on it.
+    /// Only in a development state.
+    pub fn install_development(
+        &self,
+        manifest_text: &str,
+        files: BTreeMap<String, Vec<u8>>,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<ReleaseSummary, InstallError> {
+        if !self.development {
+            return Err(InstallError::Development(
+                "unsigned development builds run only in a development state (`host-sim dev`, host_sim::testing); sign a release for an operator's state",
+            ));
+        }
+        let (build, compiled) = verify::verify_development(
+            self.pool.engine(),
+            self.pool.linker(),
+            manifest_text,
+            files,
+            progress,
+        )?;
+        let manifest = &build.manifest;
+        let capabilities: Vec<String> = manifest.capability_ids().into_iter().collect();
+        progress("storing the build");
+        let previous = self.state.release(&manifest.extension.id)?;
+        self.state.store_development_release(
+            &NewRelease {
+                extension_id: &manifest.extension.id,
+                version: &manifest.extension.version,
+                digest: &build.digest,
+                manifest: &build.manifest_text,
+                key_id: verify::DEVELOPMENT_KEY_ID,
+                files: &build.files,
+            },
+            &capabilities,
+        )?;
+        self.pool.insert(compiled);
+        if let Some(previous) = previous
+            && previous.digest != build.digest
+        {
+            self.pool.evict(&previous.digest);
+        }
+        tracing::info!(
+            extension = %manifest.extension.id,
+            version = %manifest.extension.version,
+            digest = %build.digest,
+            "development build installed"
+        );
+        Ok(ReleaseSummary {
+            extension_id: manifest.extension.id.clone(),
+            name: manifest.extension.name.clone(),
+            version: manifest.extension.version.clone(),
+            digest: build.digest.clone(),
+            key_id: verify::DEVELOPMENT_KEY_ID.to_owned(),
+            actions: manifest.actions.iter().map(|a| a.name.clone()).collect(),
+            approved: capabilities.clone(),
+            capabilities,
+        })
     }
 
     fn verified(

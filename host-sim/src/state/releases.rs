@@ -131,6 +131,72 @@ impl State {
         })
     }
 
+    /// Stores a development build of `host-sim dev`, installing or replacing
+    /// the extension's release, with `approved` approved for it: one
+    /// transaction, so no invocation sees the build unapproved. The
+    /// approvals of the release it replaces stay (and those of any earlier
+    /// one go), so invocations still running on the previous build finish
+    /// with what they were allowed. Bumps the extension's generations.
+    pub fn store_development_release(
+        &self,
+        release: &NewRelease<'_>,
+        approved: &[String],
+    ) -> Result<()> {
+        self.write(|tx| {
+            let previous: Option<String> = tx
+                .query_row(
+                    "SELECT digest FROM releases WHERE extension_id = ?1",
+                    [release.extension_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            tx.execute(
+                "DELETE FROM releases WHERE extension_id = ?1",
+                [release.extension_id],
+            )?;
+            tx.execute(
+                "DELETE FROM release_files WHERE extension_id = ?1",
+                [release.extension_id],
+            )?;
+            tx.execute(
+                "DELETE FROM approvals WHERE extension_id = ?1 AND digest <> ?2 AND digest <> ?3",
+                params![
+                    release.extension_id,
+                    release.digest,
+                    previous.as_deref().unwrap_or(release.digest)
+                ],
+            )?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO releases ({RELEASE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+                ),
+                params![
+                    release.extension_id,
+                    release.version,
+                    release.digest,
+                    release.manifest,
+                    release.key_id,
+                    now_secs()
+                ],
+            )?;
+            for (path, bytes) in release.files {
+                tx.execute(
+                    "INSERT INTO release_files (extension_id, path, bytes) VALUES (?1, ?2, ?3)",
+                    params![release.extension_id, path, bytes],
+                )?;
+            }
+            for capability in approved {
+                tx.execute(
+                    "INSERT OR IGNORE INTO approvals (extension_id, digest, capability, approved_at)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    params![release.extension_id, release.digest, capability, now_secs()],
+                )?;
+            }
+            bump_extension(tx, release.extension_id)?;
+            Ok(())
+        })
+    }
+
     /// Removes a release, its approvals and its grants (documents stay with
     /// their projects). Bumps the generations so cached instances go.
     pub fn remove_release(&self, extension_id: &str) -> Result<StoredRelease> {
