@@ -16,11 +16,13 @@
 //!    `Send + Sync`; share it with `Arc<Host>` and call [`Host::invoke`]
 //!    from blocking tasks;
 //! 7. [`serve`]: the HTTP surfaces (API, MCP, console); the only place
-//!    that knows HTTP status codes; and [`testing`], the in-process test
-//!    host for an extension's own tests.
+//!    that knows HTTP status codes; [`testing`], the in-process test
+//!    host for an extension's own tests; and [`dev`], the dev loop of
+//!    `host-sim dev`.
 
 mod bindings;
 pub mod capabilities;
+pub mod dev;
 pub mod error;
 mod host;
 pub mod limits;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use extension_release::PublisherKey;
 use host_sim::{
     AuthStyle, Caller, Host, HostConfig, HostError, InstallError, InvokeRequest, Secret,
 };
@@ -62,9 +63,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Verify, install, upgrade, list and uninstall releases.
+    /// Sign, verify, install, upgrade, list and uninstall releases.
     #[command(subcommand)]
     Release(ReleaseCommand),
+    /// A publisher's signing keys.
+    #[command(subcommand)]
+    Publisher(PublisherCommand),
     /// Approve capabilities of the installed release (all declared ones if none given).
     Approve {
         extension: String,
@@ -105,6 +109,12 @@ enum Command {
         #[arg(long)]
         generation: Option<u64>,
     },
+    /// Run an unsigned build for development: a throwaway development state
+    /// (removed at exit), the build approved and granted to a dev project, a
+    /// token (printed), the API, MCP server and console as `serve` runs them,
+    /// and a new runtime generation whenever the manifest or component
+    /// changes (in-flight calls finish on the old one).
+    Dev(DevArgs),
     /// Serve the extension API, the MCP server and the console over HTTP until Ctrl-C.
     Serve {
         /// Address to listen on (port 0 picks a free port; the first line on stdout names it).
@@ -118,6 +128,16 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ReleaseCommand {
+    /// Sign the release staged in DIR in place with a publisher key: DIR
+    /// holds the source manifest.toml and every file it names (component,
+    /// panel files); the manifest gets the digests of every file and
+    /// manifest.toml.sig the Ed25519 signature.
+    Sign {
+        dir: PathBuf,
+        /// The publisher's private key (from `host-sim publisher keygen`).
+        #[arg(long)]
+        key: PathBuf,
+    },
     /// Run every install check on a release directory without installing it.
     Verify { dir: PathBuf },
     /// Verify and install a release of an extension that is not installed.
@@ -128,6 +148,90 @@ enum ReleaseCommand {
     List,
     /// Remove an installed release, its approvals and its grants.
     Uninstall { extension: String },
+}
+
+#[derive(Args)]
+struct DevArgs {
+    /// The extension's manifest.toml, as written (no signature needed).
+    #[arg(long)]
+    manifest: PathBuf,
+    /// The built component, e.g. target/wasm32-wasip1/release/NAME.wasm.
+    #[arg(long)]
+    component: PathBuf,
+    /// A binding of the dev project, repeatable:
+    /// NAME=ORIGIN[,secret-file=F][,auth=bearer|x-umami-api-key][,timeout-ms=N].
+    /// Without secret-file the host sends a random placeholder secret.
+    #[arg(long = "binding", value_parser = parse_dev_binding)]
+    bindings: Vec<DevBinding>,
+    /// The project the build is granted to.
+    #[arg(long, default_value = "dev")]
+    project: String,
+    /// Address to listen on (port 0 picks a free port; the first line on stdout names it).
+    #[arg(long, env = "HOST_SIM_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: std::net::SocketAddr,
+    /// How often to look for a new build, in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    poll_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+struct DevBinding {
+    name: String,
+    origin: String,
+    secret_file: Option<PathBuf>,
+    auth: AuthStyle,
+    timeout: Duration,
+}
+
+fn parse_dev_binding(text: &str) -> Result<DevBinding, String> {
+    let mut parts = text.split(',');
+    let first = parts.next().unwrap_or_default();
+    let (name, origin) = first
+        .split_once('=')
+        .filter(|(name, origin)| !name.is_empty() && !origin.is_empty())
+        .ok_or_else(|| format!("`{first}` is not NAME=ORIGIN"))?;
+    let mut binding = DevBinding {
+        name: name.to_owned(),
+        origin: origin.to_owned(),
+        secret_file: None,
+        auth: AuthStyle::Bearer,
+        timeout: Duration::from_secs(5),
+    };
+    for option in parts {
+        match option.split_once('=') {
+            Some(("secret-file", path)) if !path.is_empty() => {
+                binding.secret_file = Some(PathBuf::from(path));
+            }
+            Some(("auth", "bearer")) => binding.auth = AuthStyle::Bearer,
+            Some(("auth", "x-umami-api-key")) => binding.auth = AuthStyle::UmamiApiKey,
+            Some(("timeout-ms", ms)) => {
+                let ms: u64 = ms
+                    .parse()
+                    .map_err(|_| format!("timeout-ms=`{ms}` is not a number of milliseconds"))?;
+                binding.timeout = Duration::from_millis(ms);
+            }
+            _ => {
+                return Err(format!(
+                    "`{option}` is not one of secret-file=F, auth=bearer|x-umami-api-key, timeout-ms=N"
+                ));
+            }
+        }
+    }
+    Ok(binding)
+}
+
+#[derive(Subcommand)]
+enum PublisherCommand {
+    /// Generate a publisher key: the private key at OUT (mode 0600, never
+    /// overwritten) and its public key at OUT.pub, the file operators put
+    /// into their trusted-publishers directory.
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+        /// Comment on the public key's line, e.g. who publishes with it.
+        #[arg(long, default_value = "")]
+        comment: String,
+    },
 }
 
 #[derive(Args)]
@@ -234,20 +338,48 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let mut config = HostConfig::new(&cli.state_dir);
-    config.db_path = cli.db.clone();
-    config.trust_dir = cli.trust_dir.clone();
+    let Cli {
+        state_dir,
+        db,
+        trust_dir,
+        command,
+        ..
+    } = cli;
+    match command {
+        // A publisher's commands need no host state.
+        Command::Publisher(PublisherCommand::Keygen { out, comment }) => {
+            finish(keygen(&out, &comment))
+        }
+        Command::Release(ReleaseCommand::Sign { dir, key }) => finish(sign(&dir, &key)),
+        // Its own throwaway state.
+        Command::Dev(args) => finish(dev(args)),
+        command => {
+            let mut config = HostConfig::new(&state_dir);
+            config.db_path = db;
+            config.trust_dir = trust_dir;
+            run_on_host(config, command)
+        }
+    }
+}
+
+fn run_on_host(config: HostConfig, command: Command) -> ExitCode {
+    let state_dir = config.state_dir.clone();
     let host = match Host::open(config) {
         Ok(host) => host,
         Err(e) => {
             eprintln!(
                 "error: cannot open the host state in {}: {e}",
-                cli.state_dir.display()
+                state_dir.display()
             );
             return ExitCode::from(exit::FAILED);
         }
     };
-    match run(&std::sync::Arc::new(host), cli.command) {
+    finish(run(&std::sync::Arc::new(host), command))
+}
+
+/// The exit code of a command's result; prints the error.
+fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
@@ -256,10 +388,11 @@ fn main() -> ExitCode {
                     InstallError::Verify(_)
                     | InstallError::Component(_)
                     | InstallError::Manifest(_)
-                    | InstallError::Runtime(_),
+                    | InstallError::Runtime(_)
+                    | InstallError::Development(_),
                 )) => exit::REFUSED,
                 CliError::Host(HostError::Invalid(_)) | CliError::Usage(_) => exit::USAGE,
-                CliError::Host(_) => exit::FAILED,
+                CliError::Host(_) | CliError::Signing(_) => exit::FAILED,
             })
         }
     }
@@ -273,6 +406,8 @@ enum CliError {
     Host(#[from] HostError),
     #[error("{0}")]
     Usage(String),
+    #[error("cannot sign the release: {0}")]
+    Signing(String),
 }
 
 impl From<InstallError> for CliError {
@@ -281,11 +416,188 @@ impl From<InstallError> for CliError {
     }
 }
 
-/// Runs the HTTP surfaces until Ctrl-C or SIGTERM; in-flight requests finish.
+/// `publisher keygen`: a new key at `out`, its public key at `out.pub`.
+fn keygen(out: &std::path::Path, comment: &str) -> Result<ExitCode, CliError> {
+    let public_path = public_key_path(out);
+    for path in [out, public_path.as_path()] {
+        if path.exists() {
+            return Err(CliError::Usage(format!(
+                "--out: {} exists; a key is never overwritten (choose another path)",
+                path.display()
+            )));
+        }
+    }
+    let key = PublisherKey::generate();
+    key.save(out).map_err(|e| CliError::Usage(e.to_string()))?;
+    let public = key.public();
+    std::fs::write(&public_path, public.to_line(comment) + "\n")
+        .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", public_path.display())))?;
+    eprintln!(
+        "✓ publisher key {} written; keep {} private, and give operators {} for their trusted-publishers directory",
+        public.key_id(),
+        out.display(),
+        public_path.display()
+    );
+    print_json(&json!({
+        "key_id": public.key_id().to_string(),
+        "private_key": out.display().to_string(),
+        "public_key": public_path.display().to_string(),
+    }));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn public_key_path(private: &std::path::Path) -> PathBuf {
+    let mut name = private.as_os_str().to_owned();
+    name.push(".pub");
+    PathBuf::from(name)
+}
+
+/// `release sign DIR --key K`.
+fn sign(dir: &std::path::Path, key: &std::path::Path) -> Result<ExitCode, CliError> {
+    let key = PublisherKey::load(key).map_err(|e| CliError::Usage(format!("--key: {e}")))?;
+    if !dir.is_dir() {
+        return Err(CliError::Usage(format!(
+            "DIR: {} is not a directory holding manifest.toml and the release's files",
+            dir.display()
+        )));
+    }
+    let written =
+        extension_release::sign_dir(dir, &key).map_err(|e| CliError::Signing(e.to_string()))?;
+    eprintln!(
+        "✓ signed {} with key {}; verify it with `host-sim release verify {}`",
+        dir.display(),
+        written.key_id,
+        dir.display()
+    );
+    print_json(&json!({
+        "dir": written.dir.display().to_string(),
+        "key_id": written.key_id.to_string(),
+        "digest": written.manifest_digest,
+        "files": written.files,
+    }));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `dev`: the build in a throwaway development state, served until Ctrl-C,
+/// reloaded when it changes.
+fn dev(args: DevArgs) -> Result<ExitCode, CliError> {
+    let secrets = args
+        .bindings
+        .iter()
+        .map(|binding| match &binding.secret_file {
+            Some(path) => read_secret(None, Some(path.as_path())).map_err(|e| match e {
+                CliError::Usage(message) => {
+                    CliError::Usage(format!("--binding {}: {message}", binding.name))
+                }
+                other => other,
+            }),
+            None => Ok(Secret::new(format!(
+                "dev-placeholder-{}",
+                uuid::Uuid::new_v4().simple()
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let scratch = tempfile::Builder::new()
+        .prefix("host-sim-dev-")
+        .tempdir()
+        .map_err(|e| CliError::Usage(format!("cannot create the development state: {e}")))?;
+    let host = std::sync::Arc::new(
+        Host::open(HostConfig::development(scratch.path().join("state")))
+            .map_err(CliError::Host)?,
+    );
+    let build = host_sim::dev::DevBuild {
+        manifest: args.manifest.clone(),
+        component: args.component.clone(),
+    };
+    let installed = build.install(&host).map_err(|e| match e {
+        host_sim::dev::DevError::Install(e) => CliError::Host(HostError::Install(e)),
+        read => CliError::Usage(read.to_string()),
+    })?;
+    let extension = installed.extension_id.clone();
+    host.grant(&extension, &args.project)?;
+    for (binding, secret) in args.bindings.iter().zip(secrets) {
+        host.set_binding(
+            &args.project,
+            &binding.name,
+            &binding.origin,
+            secret,
+            binding.auth,
+            binding.timeout,
+        )?;
+    }
+    let token = host
+        .issue_token(
+            "developer",
+            std::slice::from_ref(&args.project),
+            Duration::from_secs(7 * 86400),
+        )?
+        .token;
+    let generation = host.generation(&extension, &args.project)?;
+    eprintln!(
+        "✓ running {extension} {} (development build, unsigned) in {}, generation {generation}",
+        installed.version,
+        scratch.path().display()
+    );
+    let watched = host.clone();
+    let project = args.project.clone();
+    let watcher = host_sim::dev::watch(
+        host.clone(),
+        build,
+        Duration::from_millis(args.poll_ms.max(10)),
+        move |reload| match reload {
+            host_sim::dev::Reload::Installed(summary) => {
+                let generation = watched
+                    .generation(&summary.extension_id, &project)
+                    .unwrap_or_default();
+                println!("reloaded generation {generation}");
+                let _ = std::io::stdout().flush();
+                eprintln!(
+                    "✓ reloaded {} {}: generation {generation}",
+                    summary.extension_id, summary.version
+                );
+            }
+            host_sim::dev::Reload::Failed(error) => {
+                println!("reload failed");
+                let _ = std::io::stdout().flush();
+                eprintln!("✗ the new build was refused, the previous one keeps running: {error}");
+            }
+        },
+    );
+    let banner = |base: &str| {
+        println!("token {token}");
+        println!("project {}", args.project);
+        println!("extension {extension}");
+        let _ = std::io::stdout().flush();
+        eprintln!(
+            "host-sim dev serving {extension} on {base} (development state: unsigned builds, thrown away at exit)"
+        );
+        eprintln!(
+            "  token:    {token}   (project {}, valid 7 days)",
+            args.project
+        );
+        eprintln!("  console:  {base}/console");
+        eprintln!(
+            "  API:      {base}/v1/plugins/{extension}/projects/{}/api/",
+            args.project
+        );
+        eprintln!("  MCP:      {base}/mcp");
+        eprintln!(
+            "Rebuild the component (or edit the manifest) to reload; Ctrl-C stops and removes the state."
+        );
+    };
+    let code = serve(host, args.listen, Duration::from_secs(600), &banner);
+    drop(watcher);
+    drop(scratch);
+    Ok(code)
+}
+
+/// Runs the HTTP surfaces until Ctrl-C or SIGTERM; in-flight requests
+/// finish. `banner` tells the user where, after the `listening` line.
 fn serve(
     host: std::sync::Arc<Host>,
     listen: std::net::SocketAddr,
     panel_session_ttl: Duration,
+    banner: &dyn Fn(&str),
 ) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -313,11 +625,7 @@ fn serve(
         let base = format!("http://{address}");
         println!("listening {base}");
         let _ = std::io::stdout().flush();
-        eprintln!("host-sim serving on {base}");
-        eprintln!("  console:  {base}/console");
-        eprintln!("  API:      {base}/v1/plugins/<extension>/projects/<project>/api/");
-        eprintln!("  MCP:      {base}/mcp");
-        eprintln!("Press Ctrl-C to stop.");
+        banner(&base);
         let router = host_sim::serve::router(host, options);
         match host_sim::serve::run(listener, router, shutdown_signal()).await {
             Ok(()) => {
@@ -372,7 +680,19 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
         Command::Serve {
             listen,
             panel_session_ttl,
-        } => return Ok(serve(host.clone(), listen, panel_session_ttl)),
+        } => {
+            let banner = |base: &str| {
+                eprintln!("host-sim serving on {base}");
+                eprintln!("  console:  {base}/console");
+                eprintln!("  API:      {base}/v1/plugins/<extension>/projects/<project>/api/");
+                eprintln!("  MCP:      {base}/mcp");
+                eprintln!("Press Ctrl-C to stop.");
+            };
+            return Ok(serve(host.clone(), listen, panel_session_ttl, &banner));
+        }
+        Command::Publisher(_) | Command::Dev(_) | Command::Release(ReleaseCommand::Sign { .. }) => {
+            unreachable!("answered before the host state is opened")
+        }
         Command::Release(ReleaseCommand::Verify { dir }) => {
             let summary = host.verify_release(&dir, &mut progress)?;
             eprintln!(

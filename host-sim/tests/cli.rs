@@ -261,3 +261,228 @@ fn an_operator_sets_up_an_extension_and_a_developer_invokes_it() {
         Value::Array(vec![])
     );
 }
+
+#[test]
+fn a_publisher_signs_with_a_new_key_that_installs_once_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let key = dir.path().join("keys/publisher.pem");
+    let keygen = host_sim(
+        &state,
+        &[
+            "publisher",
+            "keygen",
+            "--out",
+            key.to_str().unwrap(),
+            "--comment",
+            "Ada's extensions",
+        ],
+        None,
+    );
+    assert!(
+        keygen.status.success(),
+        "{}",
+        String::from_utf8_lossy(&keygen.stderr)
+    );
+    let generated = stdout_json(&keygen);
+    let key_id = generated["key_id"].as_str().unwrap().to_owned();
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    assert!(public.starts_with("ed25519 ") && public.trim_end().ends_with("Ada's extensions"));
+    assert!(!state.exists(), "a publisher's commands open no host state");
+    let again = host_sim(
+        &state,
+        &["publisher", "keygen", "--out", key.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(again.status.code(), Some(2), "a key is never overwritten");
+
+    // The staged release: the source manifest and the component.
+    let release = dir.path().join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::write(release.join("manifest.toml"), MANIFEST).unwrap();
+    std::fs::write(release.join("extension.wasm"), guest_component()).unwrap();
+    let release = release.to_str().unwrap();
+    let sign = host_sim(
+        &state,
+        &["release", "sign", release, "--key", key.to_str().unwrap()],
+        None,
+    );
+    assert!(
+        sign.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sign.stderr)
+    );
+    assert_eq!(stdout_json(&sign)["key_id"], key_id.as_str());
+    let resigned = host_sim(
+        &state,
+        &["release", "sign", release, "--key", key.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(resigned.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&resigned.stderr).contains("[release] table"),
+        "{}",
+        String::from_utf8_lossy(&resigned.stderr)
+    );
+
+    let refused = host_sim(&state, &["release", "install", release], None);
+    assert_eq!(refused.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "signed by key {key_id}, which this host does not trust"
+        )),
+        "{stderr}"
+    );
+    let trust = state.join("trusted-publishers");
+    std::fs::create_dir_all(&trust).unwrap();
+    std::fs::copy(format!("{}.pub", key.display()), trust.join("ada.pub")).unwrap();
+    let install = host_sim(&state, &["release", "install", release], None);
+    assert!(
+        install.status.success(),
+        "{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    let installed = stdout_json(&install);
+    assert_eq!(installed["extension_id"], EXTENSION);
+    assert_eq!(installed["key_id"], key_id.as_str());
+}
+
+/// `GET path` on `base` with a bearer token: the status, the
+/// `x-runtime-generation` header and the body.
+fn http_get(base: &str, path: &str, token: &str) -> (u16, Option<u64>, String) {
+    use std::io::Read;
+    let address = base.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let generation = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("x-runtime-generation")
+            .then(|| value.trim().parse().ok())?
+    });
+    (status, generation, body.to_owned())
+}
+
+#[test]
+fn dev_serves_an_unsigned_build_and_reloads_each_new_build() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("manifest.toml");
+    let component = dir.path().join("build.wasm");
+    std::fs::write(&manifest, MANIFEST).unwrap();
+    std::fs::write(&component, guest_component()).unwrap();
+    let secret = dir.path().join("provider.secret");
+    std::fs::write(&secret, "dev-provider-secret\n").unwrap();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_host-sim"))
+        .args(["dev", "--manifest"])
+        .arg(&manifest)
+        .arg("--component")
+        .arg(&component)
+        .arg("--binding")
+        .arg(format!(
+            "provider=http://127.0.0.1:9,secret-file={}",
+            secret.display()
+        ))
+        .args(["--listen", "127.0.0.1:0", "--poll-ms", "50"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (sender, lines) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let next = |key: &str| {
+        let line = lines
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("no `{key}` line: {e}"));
+        line.strip_prefix(&format!("{key} "))
+            .unwrap_or_else(|| panic!("expected `{key} …`, got `{line}`"))
+            .to_owned()
+    };
+    let base = next("listening");
+    let token = next("token");
+    assert_eq!(next("project"), "dev");
+    assert_eq!(next("extension"), EXTENSION);
+
+    let api = |route: &str| format!("/v1/plugins/{EXTENSION}/projects/dev/api{route}");
+    let (status, first, body) = http_get(&base, &api("/context"), &token);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"project_id\":\"dev\""), "{body}");
+    let first = first.unwrap();
+
+    // A new build: the manifest moves the action's route.
+    std::fs::write(
+        &manifest,
+        MANIFEST.replace("route = \"/context\"", "route = \"/whoami\""),
+    )
+    .unwrap();
+    let reloaded: u64 = next("reloaded generation").parse().unwrap();
+    assert!(reloaded > first);
+    let (status, generation, body) = http_get(&base, &api("/whoami"), &token);
+    assert_eq!((status, generation), (200, Some(reloaded)), "{body}");
+    assert_eq!(http_get(&base, &api("/context"), &token).0, 404);
+
+    // A broken build is refused; the running one stays.
+    std::fs::write(&component, b"not a component").unwrap();
+    assert_eq!(
+        lines
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap(),
+        "reload failed"
+    );
+    assert_eq!(http_get(&base, &api("/whoami"), &token).0, 200);
+
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("development build, unsigned"), "{stderr}");
+    assert!(stderr.contains("the new build was refused"), "{stderr}");
+    assert!(!stderr.contains("dev-provider-secret"), "{stderr}");
+    let state = stderr
+        .lines()
+        .find(|line| line.starts_with("✓ running"))
+        .and_then(|line| line.split_once(") in "))
+        .and_then(|(_, rest)| rest.split_once(", generation"))
+        .map(|(path, _)| std::path::PathBuf::from(path))
+        .expect("the state's path is named");
+    assert!(!state.exists(), "the throwaway state is removed at exit");
+}
+
+#[test]
+fn dev_names_a_malformed_binding() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = host_sim(
+        dir.path(),
+        &[
+            "dev",
+            "--manifest",
+            "m.toml",
+            "--component",
+            "c.wasm",
+            "--binding",
+            "provider",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`provider` is not NAME=ORIGIN"), "{stderr}");
+}

@@ -28,7 +28,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         &["pool", "verify"],
     ),
     ("host facade", &["host"]),
-    ("surfaces", &["serve", "testing"]),
+    ("surfaces", &["serve", "testing", "dev"]),
 ];
 
 /// Files that are crate roots, not modules of a layer.
