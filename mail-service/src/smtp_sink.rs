@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use base64::Engine;
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -38,6 +39,9 @@ pub struct Received {
     pub data: String,
     /// How the sink answered it.
     pub mode: SinkMode,
+    /// When the sink accepted the connection that carried it: the start of
+    /// the client's handoff as the provider sees it.
+    pub connected_at: SystemTime,
 }
 
 impl Received {
@@ -77,9 +81,10 @@ impl SmtpSink {
         let (m, r) = (mode.clone(), received.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                let connected_at = SystemTime::now();
                 let (m, r) = (m.clone(), r.clone());
                 tokio::spawn(async move {
-                    let _ = session(stream, m, r).await;
+                    let _ = session(stream, connected_at, m, r).await;
                 });
             }
         });
@@ -120,6 +125,7 @@ impl SmtpSink {
 
 async fn session(
     stream: TcpStream,
+    connected_at: SystemTime,
     mode: Arc<Mutex<SinkMode>>,
     received: Arc<Mutex<Vec<Received>>>,
 ) -> std::io::Result<()> {
@@ -198,6 +204,7 @@ async fn session(
                     rcpt_to: std::mem::take(&mut rcpt_to),
                     data,
                     mode: current,
+                    connected_at,
                 });
             match current {
                 SinkMode::Accept => write.write_all(b"250 2.0.0 OK queued\r\n").await?,
