@@ -240,4 +240,34 @@ mod tests {
             "x [redacted] y [redacted]"
         );
     }
+
+    #[test]
+    fn unseeded_checks_read_the_grant_approvals_and_secrets_from_the_state() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.unseeded_checks();
+        let now = checks
+            .at_call_time("http:provider", Some("provider"))
+            .unwrap();
+        assert!(now.granted && now.approved);
+        assert_eq!(now.binding.unwrap().origin, "http://127.0.0.1:9");
+        let undeclared = checks.at_call_time("http:other", None).unwrap();
+        assert!(
+            !undeclared.approved,
+            "only declared capabilities are approved"
+        );
+        assert_eq!(
+            checks.redact("a provider-secret b".into()),
+            "a [redacted] b",
+            "the project's secrets are read before the first redaction"
+        );
+    }
+
+    #[test]
+    fn a_revoke_by_another_process_is_seen_at_the_next_call() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        assert!(checks.at_call_time("documents", None).unwrap().granted);
+        fixture.other_process().revoke(EXTENSION, PROJECT).unwrap();
+        assert!(!checks.at_call_time("documents", None).unwrap().granted);
+    }
 }

@@ -96,4 +96,55 @@ mod tests {
         });
         assert!(over.is_err(), "the second call is over the budget of one");
     }
+
+    #[test]
+    fn a_project_without_settings_or_provider_reports_none() {
+        let fixture = Fixture::unbound();
+        let mut checks = fixture.checks();
+        let ctx = ContextCtx::default();
+        let invocation = current(ContextCtxView {
+            ctx: &ctx,
+            checks: &mut checks,
+        })
+        .unwrap();
+        assert_eq!(invocation.settings.provider_origin, None);
+        assert_eq!(invocation.settings.tracking_origin, None);
+        assert_eq!(invocation.action, "test");
+    }
+
+    #[test]
+    fn a_prepared_store_reports_the_scope_it_was_given_when_taken() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.unseeded_checks();
+        let taken = std::sync::Arc::new(crate::capabilities::InvocationScope {
+            request_id: "request-2".into(),
+            action: "docs.read_one".into(),
+            ..(*fixture.scope(std::time::Instant::now())).clone()
+        });
+        checks.set_scope(taken);
+        let invocation = current(ContextCtxView {
+            ctx: &ContextCtx::default(),
+            checks: &mut checks,
+        })
+        .unwrap();
+        assert_eq!(invocation.request_id, "request-2");
+        assert_eq!(invocation.action, "docs.read_one");
+    }
+
+    #[test]
+    fn the_context_carries_the_provider_origin_never_its_secret() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let ctx = ContextCtx {
+            provider_origin: Some("http://127.0.0.1:9".into()),
+            ..ContextCtx::default()
+        };
+        let invocation = current(ContextCtxView {
+            ctx: &ctx,
+            checks: &mut checks,
+        })
+        .unwrap();
+        let shown = format!("{invocation:?}");
+        assert!(!shown.contains(super::super::testing::SECRET), "{shown}");
+    }
 }

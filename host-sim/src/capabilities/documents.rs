@@ -382,4 +382,129 @@ mod tests {
             Ok(Err(DocumentError::Invalid(_)))
         ));
     }
+
+    fn scope_of(project_id: &str) -> DocumentScope<'_> {
+        DocumentScope {
+            project_id,
+            extension_id: EXTENSION,
+        }
+    }
+
+    #[test]
+    fn another_projects_document_of_the_same_name_is_out_of_reach() {
+        let fixture = Fixture::new();
+        fixture
+            .state
+            .put_document(
+                scope_of("p2"),
+                "items",
+                "one",
+                r#"{"p":2}"#,
+                Condition::None,
+            )
+            .unwrap();
+        let mut checks = fixture.checks();
+        let mut ctx = DocumentsCtx::new(fixture.state.clone(), 64);
+        let mut view = DocumentsCtxView {
+            ctx: &mut ctx,
+            checks: &mut checks,
+        };
+        use documents::Host as _;
+        assert!(
+            view.get("items".into(), "one".into())
+                .unwrap()
+                .unwrap()
+                .is_none()
+        );
+        assert!(matches!(
+            view.delete("items".into(), "one".into(), Precondition::None),
+            Ok(Ok(false))
+        ));
+        let kept = fixture
+            .state
+            .document(scope_of("p2"), "items", "one")
+            .unwrap();
+        assert_eq!(kept.unwrap().body, r#"{"p":2}"#);
+    }
+
+    #[test]
+    fn a_refused_call_touches_no_document() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        fixture
+            .state
+            .set_approval(EXTENSION, DIGEST, &[DOCUMENTS.into()], false)
+            .unwrap();
+        let mut ctx = DocumentsCtx::new(fixture.state.clone(), 64);
+        let mut view = DocumentsCtxView {
+            ctx: &mut ctx,
+            checks: &mut checks,
+        };
+        use documents::Host as _;
+        assert!(matches!(
+            view.put("items".into(), "one".into(), "1".into(), Precondition::None),
+            Ok(Err(DocumentError::Denied(_)))
+        ));
+        assert!(matches!(
+            view.put("other".into(), "one".into(), "1".into(), Precondition::None),
+            Ok(Err(DocumentError::Denied(_)))
+        ));
+        assert!(fixture.state.documents(PROJECT).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_delete_honours_its_precondition() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let mut ctx = DocumentsCtx::new(fixture.state.clone(), 64);
+        let mut view = DocumentsCtxView {
+            ctx: &mut ctx,
+            checks: &mut checks,
+        };
+        use documents::Host as _;
+        let revision = view
+            .put("items".into(), "one".into(), "1".into(), Precondition::None)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            view.delete("items".into(), "one".into(), Precondition::Revision(revision + 1)),
+            Ok(Err(DocumentError::Conflict(r))) if r == revision
+        ));
+        assert!(matches!(
+            view.delete(
+                "items".into(),
+                "one".into(),
+                Precondition::Revision(revision)
+            ),
+            Ok(Ok(true))
+        ));
+        assert!(matches!(
+            view.delete("items".into(), "one".into(), Precondition::None),
+            Ok(Ok(false))
+        ));
+    }
+
+    #[test]
+    fn a_write_by_another_process_is_read_at_the_next_get() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let mut ctx = DocumentsCtx::new(fixture.state.clone(), 64);
+        let mut view = DocumentsCtxView {
+            ctx: &mut ctx,
+            checks: &mut checks,
+        };
+        use documents::Host as _;
+        view.put("items".into(), "one".into(), "1".into(), Precondition::None)
+            .unwrap()
+            .unwrap();
+        let first = view.get("items".into(), "one".into()).unwrap().unwrap();
+        assert_eq!(first.unwrap().body, "1");
+        fixture
+            .other_process()
+            .put_document(scope_of(PROJECT), "items", "one", "2", Condition::None)
+            .unwrap();
+        let second = view.get("items".into(), "one".into()).unwrap().unwrap();
+        let second = second.unwrap();
+        assert_eq!((second.body.as_str(), second.revision), ("2", 2));
+    }
 }

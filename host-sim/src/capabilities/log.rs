@@ -90,4 +90,38 @@ mod tests {
         assert!(cut.len() <= MAX_LOG_LINE + '…'.len_utf8());
         assert!(cut.ends_with('…'));
     }
+
+    #[test]
+    fn every_line_counts_against_the_host_call_budget() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks_with_budget(1);
+        let mut view = LogCtxView {
+            checks: &mut checks,
+        };
+        use log::Host as _;
+        view.write(Level::Info, "one".into()).unwrap();
+        let trap = view.write(Level::Info, "two".into()).unwrap_err();
+        let limit = trap.downcast_ref::<crate::error::LimitTrap>().unwrap();
+        assert_eq!(limit.limit, crate::error::Limit::HostCalls);
+    }
+
+    #[test]
+    fn a_store_prepared_before_its_invocation_still_redacts() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.unseeded_checks();
+        assert_eq!(
+            line(&mut checks, format!("{SECRET}{SECRET}")),
+            "[redacted][redacted]"
+        );
+    }
+
+    #[test]
+    fn a_line_at_the_limit_is_kept_whole() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let exact = "x".repeat(MAX_LOG_LINE);
+        assert_eq!(line(&mut checks, exact.clone()), exact);
+        let over = "x".repeat(MAX_LOG_LINE + 1);
+        assert_eq!(line(&mut checks, over), format!("{exact}…"));
+    }
 }

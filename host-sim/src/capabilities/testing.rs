@@ -22,7 +22,7 @@ const TOKEN: &str = "hst_fixture";
 const MANIFEST: &str = include_str!("../../test-extension/manifest.toml");
 
 pub struct Fixture {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     pub state: Arc<State>,
     pub spec: Arc<ExtensionSpec>,
 }
@@ -64,11 +64,13 @@ impl Fixture {
         state
             .store_token(TOKEN, "u", &[PROJECT.into()], expires_at)
             .unwrap();
-        Self {
-            _dir: dir,
-            state,
-            spec,
-        }
+        Self { dir, state, spec }
+    }
+
+    /// A second handle on the same state file: another process (the
+    /// operator's CLI next to a running host).
+    pub fn other_process(&self) -> State {
+        State::open(&self.dir.path().join(DB_FILE)).unwrap()
     }
 
     pub fn bind(&self, name: &str, secret: &str) {
@@ -103,6 +105,13 @@ impl Fixture {
 
     pub fn checks_with_budget(&self, budget: u32) -> CallChecks {
         self.checks_until(budget, Instant::now() + Duration::from_secs(5))
+    }
+
+    /// Checks as a store prepared before its invocation has them: nothing
+    /// seeded, so every check and the secrets are read from the state.
+    pub fn unseeded_checks(&self) -> CallChecks {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        CallChecks::new(self.scope(deadline), self.state.clone(), 100)
     }
 
     pub fn checks_until(&self, budget: u32, deadline: Instant) -> CallChecks {

@@ -422,4 +422,87 @@ mod tests {
         refusal(authorize(&ctx(), &mut checks, get("/api/me")));
         assert!(authorize(&ctx(), &mut checks, get("/api/items/7")).is_err());
     }
+
+    #[test]
+    fn headers_the_host_sets_and_malformed_requests_are_refused_by_rule() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let invalid = |checks: &mut CallChecks, request: Request| match refusal(authorize(
+            &ctx(),
+            checks,
+            request,
+        )) {
+            BindingError::InvalidRequest(message) => message,
+            other => panic!("not an invalid request: {other:?}"),
+        };
+        for header in ["Host", "Cookie", "Proxy-Anything", "Transfer-Encoding"] {
+            let mut request = get("/api/items/7");
+            request.headers = vec![(header.into(), "x".into())];
+            let message = invalid(&mut checks, request);
+            assert!(
+                message.contains("is set by the host"),
+                "{header}: {message}"
+            );
+        }
+        let mut fragment = get("/api/items/7");
+        fragment.query = Some("a=1#top".into());
+        assert!(invalid(&mut checks, fragment).contains("query"));
+        let mut trace = get("/api/items/7");
+        trace.method = "TRACE".into();
+        assert!(invalid(&mut checks, trace).contains("method must be one of"));
+        for path in ["api/items/7", "/api/items/%2e%2e", "/api//items/7"] {
+            let message = invalid(&mut checks, get(path));
+            assert!(
+                message.starts_with("binding provider: GET"),
+                "{path}: {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_binding_set_mid_invocation_is_used_at_the_next_call() {
+        let fixture = Fixture::unbound();
+        let mut checks = fixture.checks();
+        assert!(matches!(
+            refusal(authorize(&ctx(), &mut checks, get("/api/items/7"))),
+            BindingError::NotBound(_)
+        ));
+        fixture.bind("provider", "late-secret");
+        let call = authorize(&ctx(), &mut checks, get("/api/items/7"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(call.binding.secret.expose(), "late-secret");
+        assert_eq!(checks.redact("late-secret".into()), "[redacted]");
+    }
+
+    #[test]
+    fn the_method_is_matched_in_any_case_and_sent_in_upper_case() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let mut lower = get("/api/items/7");
+        lower.method = "get".into();
+        let call = authorize(&ctx(), &mut checks, lower).unwrap().unwrap();
+        assert_eq!(call.method, "GET");
+    }
+
+    #[test]
+    fn no_refusal_names_the_secret() {
+        let fixture = Fixture::new();
+        let mut checks = fixture.checks();
+        let mut with_secret_header = get("/api/items/7");
+        with_secret_header.headers = vec![(
+            "Authorization".into(),
+            format!("Bearer {}", super::super::testing::SECRET),
+        )];
+        let mut other = get("/api/items/7");
+        other.binding = "other".into();
+        for request in [with_secret_header, other, get("/api/me"), get("/api/../x")] {
+            let refused = refusal(authorize(&ctx(), &mut checks, request));
+            let message = binding_error_message(&refused);
+            assert!(
+                !message.contains(super::super::testing::SECRET),
+                "{message}"
+            );
+        }
+    }
 }
