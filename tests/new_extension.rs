@@ -1,26 +1,30 @@
-//! A plugin developer's first steps: generate an extension from the
-//! template (`cargo xtask new-extension`), run its own tests, build the
-//! component with `cargo component build --release` (and with the offline
-//! recipe: Debian's rustc-web, std built from source), sign it with a key of
-//! their own, and see host-sim refuse it until that key is trusted, then
-//! install it, run its action against a loopback upstream and keep the
-//! binding's secret from the guest.
+//! A plugin developer's first steps, as README's "Your first extension"
+//! tells them: generate an extension from the template (`cargo xtask
+//! new-extension`), build the component with `cargo component build
+//! --release`, run the project's own tests (the component in host-sim's
+//! in-process test host), run it with `host-sim dev` and call the action
+//! over HTTP and MCP, change the code and rebuild while `host-sim dev` keeps
+//! running, and publish: a key from `host-sim publisher keygen`, a release
+//! from `host-sim release sign`, refused by an operator's host until the key
+//! is trusted and installed after, the binding's secret kept from the guest.
+//! The offline recipe (Debian's rustc-web, std built from source) builds the
+//! same project, published the same way.
 //!
-//! Needs `cargo-component` (`.ci/run` installs the pinned version) and, for
-//! the offline build, Debian's `rustc-web` toolchain; without them the test
-//! says what is missing and passes, except under `CI`, where it fails. Each
-//! build uses its own target directory under `target/new-extension/`, kept
-//! between runs, so only the first run compiles the dependencies.
+//! Needs `cargo-component` (`.ci/run` installs the pinned version), the
+//! `host-sim` binary (`cargo build -p host-sim`; a workspace test run builds
+//! it) and, for the offline build, Debian's `rustc-web` toolchain; without
+//! cargo-component or the toolchain the test says what is missing and
+//! passes, except under `CI`, where it fails. The project is built once per
+//! way into target directories under `target/new-extension/`, kept between
+//! runs, so only the first run compiles the dependencies.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use extension_release::{Manifest, PublisherKey};
 use host_sim::{AuthStyle, Caller, Host, HostConfig, InvokeRequest, Secret};
 use serde_json::json;
 use workspace_tests::workspace_root;
@@ -28,6 +32,9 @@ use workspace_tests::workspace_root;
 const NAME: &str = "hello-ext";
 const ACTION: &str = "hello_ext.greet";
 const PROJECT: &str = "tutorial";
+/// The project `host-sim dev` grants the build to.
+const DEV_PROJECT: &str = "dev";
+const MCP_TOOL: &str = "plugin__hello_ext__greet";
 const SECRET: &str = "upstream-secret-8d1f";
 /// The pinned cargo-component (README, "Your first extension").
 const CARGO_COMPONENT: &str = "cargo-component 0.21.1";
@@ -70,8 +77,11 @@ fn debian_toolchain_ready() -> bool {
 /// Each request an upstream saw: its first line and `Authorization` header.
 type Seen = Arc<Mutex<Vec<(String, String)>>>;
 
-/// A loopback upstream serving `/salutation.json`; records what it sees.
-fn upstream(salutation: &'static str) -> (String, Seen) {
+/// The project's stand-in upstream: serves `dev-upstream/salutation.json`
+/// (what the tutorial's `python3 -m http.server` serves) on loopback and
+/// records what it sees.
+fn upstream(project: &Path) -> (String, Seen) {
+    let body = std::fs::read_to_string(project.join("dev-upstream/salutation.json")).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let origin = format!("http://{}", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -98,7 +108,6 @@ fn upstream(salutation: &'static str) -> (String, Seen) {
                 .lock()
                 .unwrap()
                 .push((request_line.trim().to_owned(), authorization));
-            let body = json!({ "salutation": salutation }).to_string();
             let _ = write!(
                 stream,
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -109,48 +118,104 @@ fn upstream(salutation: &'static str) -> (String, Seen) {
     (origin, seen)
 }
 
-/// Signs `component` with the project's manifest into a release directory.
-fn sign(project: &Path, component: &Path, key: &PublisherKey, out: &Path) {
-    let source = std::fs::read_to_string(project.join("manifest.toml")).unwrap();
-    let manifest = Manifest::from_toml(&source).unwrap();
-    let files = BTreeMap::from([(
-        manifest.extension.component.clone(),
-        std::fs::read(component).unwrap(),
-    )]);
-    extension_release::write_release(&source, &files, key, out).unwrap();
+/// `host-sim` as the tutorial runs it (`cargo build -p host-sim`; a
+/// workspace test run builds it too).
+fn host_sim_bin() -> PathBuf {
+    let bin = workspace_root().join("target/debug/host-sim");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build -p host-sim`",
+        bin.display()
+    );
+    bin
 }
 
-/// Installs the release signed by a new key: refused until the key is
-/// trusted; then runs the action through the host against a loopback
-/// upstream whose secret the guest never sees.
-fn runs_in_host_sim(project: &Path, component: &Path) {
-    let work = tempfile::tempdir().unwrap();
-    let key = PublisherKey::generate();
-    let release = work.path().join("release");
-    sign(project, component, &key, &release);
+fn output(command: &mut Command) -> std::process::Output {
+    let shown = format!("{command:?}");
+    command.output().unwrap_or_else(|e| panic!("{shown}: {e}"))
+}
 
-    let state = work.path().join("state");
-    let trust = state.join("trusted-publishers");
-    std::fs::create_dir_all(&trust).unwrap();
-    let host = Host::open(HostConfig::new(&state)).unwrap();
-    let refused = host.install_release(&release, &mut |_| {}).unwrap_err();
+fn succeeded(command: &mut Command) -> serde_json::Value {
+    let shown = format!("{command:?}");
+    let out = output(command);
     assert!(
-        refused
-            .to_string()
-            .contains(&key.public().key_id().to_string()),
-        "refused for the untrusted key: {refused}"
+        out.status.success(),
+        "{shown} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::write(
-        trust.join(format!("{}.pub", key.public().key_id())),
-        key.public().to_line("the developer's key") + "\n",
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{shown}: stdout is not JSON: {e}"))
+}
+
+/// The tutorial's "Publishing": a new publisher key, the release staged and
+/// signed with `host-sim release sign`, refused by an operator's host until
+/// the key is trusted, installed after; then the action runs against a
+/// loopback upstream whose secret the guest never sees.
+fn publishes_and_runs_in_host_sim(project: &Path, component: &Path) {
+    let work = tempfile::tempdir().unwrap();
+    let bin = host_sim_bin();
+    let key = work.path().join("keys/publisher.pem");
+    let generated = succeeded(
+        Command::new(&bin)
+            .args(["publisher", "keygen", "--out"])
+            .arg(&key),
+    );
+    let key_id = generated["key_id"].as_str().unwrap().to_owned();
+
+    let release = work.path().join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::copy(project.join("manifest.toml"), release.join("manifest.toml")).unwrap();
+    std::fs::copy(
+        component,
+        release.join(format!("{}.wasm", NAME.replace('-', "_"))),
     )
     .unwrap();
-    let installed = host
-        .install_release(&release, &mut |_| {})
-        .expect("the component is accepted once its publisher is trusted");
-    assert_eq!(installed.extension_id, NAME);
+    let signed = succeeded(
+        Command::new(&bin)
+            .args(["release", "sign"])
+            .arg(&release)
+            .arg("--key")
+            .arg(&key),
+    );
+    assert_eq!(signed["key_id"], key_id.as_str());
 
-    let (origin, seen) = upstream("Hello");
+    let state = work.path().join("state");
+    let install = || {
+        output(
+            Command::new(&bin)
+                .arg("--state-dir")
+                .arg(&state)
+                .args(["release", "install"])
+                .arg(&release),
+        )
+    };
+    let refused = install();
+    assert_eq!(
+        refused.status.code(),
+        Some(3),
+        "refused before the key is trusted"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains(&key_id),
+        "refused for the untrusted key: {}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let trust = state.join("trusted-publishers");
+    std::fs::create_dir_all(&trust).unwrap();
+    std::fs::copy(
+        format!("{}.pub", key.display()),
+        trust.join("developer.pub"),
+    )
+    .unwrap();
+    let installed = install();
+    assert!(
+        installed.status.success(),
+        "the component is accepted once its publisher is trusted: {}",
+        String::from_utf8_lossy(&installed.stderr)
+    );
+
+    let host = Host::open(HostConfig::new(&state)).unwrap();
+    let (origin, seen) = upstream(project);
     host.approve(NAME, &[]).unwrap();
     host.grant(NAME, PROJECT).unwrap();
     host.set_binding(
@@ -179,10 +244,9 @@ fn runs_in_host_sim(project: &Path, component: &Path) {
         )
         .result
     };
-    assert_eq!(
-        greet("Ada").expect("the action runs"),
-        json!({ "message": "Hello, Ada!", "count": 1 })
-    );
+    let greeting = greet("Ada").expect("the action runs");
+    assert_eq!(greeting["count"], 1);
+    assert!(!greeting.to_string().contains(SECRET));
     assert_eq!(greet("Grace").unwrap()["count"], 2, "the counter document");
     let refused = greet(" ").unwrap_err();
     assert_eq!(refused.code(), "invalid_input", "{refused}");
@@ -223,8 +287,122 @@ fn the_host_answers_every_guest_error_code_with_its_status() {
     }
 }
 
+/// `host-sim dev` running: its stdout lines arrive on a channel; stopped
+/// with SIGTERM (so it removes its state) when dropped.
+struct Dev {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Dev {
+    fn start(command: &mut Command) -> Self {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("host-sim dev starts");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The value of the next stdout line starting with `key `.
+    fn expect(&self, key: &str, within: Duration) -> String {
+        let line = self
+            .lines
+            .recv_timeout(within)
+            .unwrap_or_else(|e| panic!("host-sim dev printed no `{key}` line: {e}"));
+        line.strip_prefix(&format!("{key} "))
+            .unwrap_or_else(|| panic!("expected `{key} …`, host-sim dev printed `{line}`"))
+            .to_owned()
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `POST /greet` on the dev host's API: the status, the body and the
+/// runtime generation.
+fn greet_over_http(base: &str, token: &str, name: &str) -> (u16, serde_json::Value, u64) {
+    let response = reqwest::blocking::Client::new()
+        .post(format!(
+            "{base}/v1/plugins/{NAME}/projects/{DEV_PROJECT}/api/greet"
+        ))
+        .bearer_auth(token)
+        .json(&json!({ "name": name }))
+        .send()
+        .expect("the API answers");
+    let status = response.status().as_u16();
+    let generation = response
+        .headers()
+        .get("x-runtime-generation")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    (status, response.json().unwrap(), generation)
+}
+
+/// The MCP tool of the action, through rmcp's client.
+fn greet_over_mcp(base: &str, token: &str, name: &str) -> serde_json::Value {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp")).auth_header(token),
+        );
+        let client = ().serve(transport).await.expect("the MCP handshake");
+        let tools = client.list_all_tools().await.unwrap();
+        assert!(
+            tools.iter().any(|tool| tool.name == MCP_TOOL),
+            "{MCP_TOOL} is listed: {tools:?}"
+        );
+        let arguments = json!({ "project_id": DEV_PROJECT, "name": name });
+        let serde_json::Value::Object(arguments) = arguments else {
+            unreachable!()
+        };
+        let result = client
+            .call_tool(CallToolRequestParams::new(MCP_TOOL.to_owned()).with_arguments(arguments))
+            .await
+            .expect("the tool answers");
+        assert_eq!(result.is_error, Some(false), "{result:?}");
+        let _ = client.cancel().await;
+        result.structured_content.expect("structured content")
+    })
+}
+
+/// README, "Your first extension", step by step: generate, build, the
+/// project's own tests (in the in-process test host), `host-sim dev` called
+/// over HTTP and MCP, a code change picked up without a restart, and
+/// publishing with a new key. Then the offline recipe's build of the same
+/// project is published the same way.
 #[test]
-fn a_generated_extension_tests_builds_and_runs_in_host_sim() {
+fn the_first_extension_tutorial_works_as_written() {
     let root = workspace_root();
     let xtask = root.join("target/debug/xtask");
     assert!(
@@ -242,6 +420,7 @@ fn a_generated_extension_tests_builds_and_runs_in_host_sim() {
         version.starts_with(CARGO_COMPONENT),
         "the docs pin {CARGO_COMPONENT}; found {version}"
     );
+    let host_sim = host_sim_bin();
 
     let work = tempfile::tempdir().unwrap();
     let project = work.path().join(NAME);
@@ -255,22 +434,93 @@ fn a_generated_extension_tests_builds_and_runs_in_host_sim() {
         .unwrap();
     assert!(!refused.status.success(), "an existing project is kept");
 
+    // Kept between runs, so only the first run compiles the dependencies.
     let targets = root.join("target/new-extension");
-    // The template's own tests, natively.
+    let online = targets.join("component");
+    let build = || {
+        run(Command::new("cargo")
+            .current_dir(&project)
+            .args(["component", "build", "--release"])
+            .env("CARGO_TARGET_DIR", &online)
+            .env_remove("RUSTFLAGS"));
+    };
+    build();
+    let component = component_in(&online);
+    // The project's own tests: the built component in the in-process test host.
     run(Command::new("cargo")
         .current_dir(&project)
         .args(["test", "--quiet"])
         .env("CARGO_TARGET_DIR", targets.join("native"))
+        .env("EXTENSION_COMPONENT", &component)
         .env_remove("RUSTFLAGS"));
 
-    // With the active toolchain's wasm32-wasip1 std.
-    let online = targets.join("component");
-    run(Command::new("cargo")
-        .current_dir(&project)
-        .args(["component", "build", "--release"])
-        .env("CARGO_TARGET_DIR", &online)
-        .env_remove("RUSTFLAGS"));
-    runs_in_host_sim(&project, &component_in(&online));
+    // `host-sim dev` with the stand-in upstream and a secret file.
+    let (origin, seen) = upstream(&project);
+    std::fs::write(project.join("upstream.secret"), format!("{SECRET}\n")).unwrap();
+    let dev = Dev::start(
+        Command::new(&host_sim)
+            .current_dir(&project)
+            .args(["dev", "--manifest", "manifest.toml", "--component"])
+            .arg(&component)
+            .arg("--binding")
+            .arg(format!("upstream={origin},secret-file=upstream.secret"))
+            .args(["--listen", "127.0.0.1:0"]),
+    );
+    let base = dev.expect("listening", Duration::from_secs(60));
+    let token = dev.expect("token", Duration::from_secs(5));
+    assert_eq!(dev.expect("project", Duration::from_secs(5)), DEV_PROJECT);
+    assert_eq!(dev.expect("extension", Duration::from_secs(5)), NAME);
+
+    let (status, body, first_generation) = greet_over_http(&base, &token, "Ada");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({ "message": "Hello, Ada!", "count": 1 }));
+    assert!(first_generation > 0);
+    assert_eq!(
+        greet_over_mcp(&base, &token, "Grace"),
+        json!({ "message": "Hello, Grace!", "count": 2 })
+    );
+    let (status, body, _) = greet_over_http(&base, &token, " ");
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_input");
+
+    // Change the code, rebuild; the running host picks it up.
+    let lib = project.join("src/lib.rs");
+    let source = std::fs::read_to_string(&lib).unwrap();
+    let changed = source.replace(
+        "format!(\"{salutation}, {name}!\")",
+        "format!(\"{salutation}, {name}! Nice to see you.\")",
+    );
+    assert_ne!(changed, source, "the tutorial's edit applies to src/lib.rs");
+    std::fs::write(&lib, changed).unwrap();
+    build();
+    let reloaded: u64 = dev
+        .expect("reloaded generation", Duration::from_secs(60))
+        .parse()
+        .unwrap();
+    assert!(reloaded > first_generation);
+    let (status, body, generation) = greet_over_http(&base, &token, "Ada");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({ "message": "Hello, Ada! Nice to see you.", "count": 3 }),
+        "the new code, the same documents"
+    );
+    assert_eq!(generation, reloaded);
+    assert_eq!(
+        greet_over_mcp(&base, &token, "Grace")["message"],
+        "Hello, Grace! Nice to see you."
+    );
+    drop(dev);
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 4, "one upstream request per greeting: {seen:?}");
+        assert!(
+            seen.iter()
+                .all(|(_, authorization)| authorization == &format!("Bearer {SECRET}"))
+        );
+    }
+
+    publishes_and_runs_in_host_sim(&project, &component);
 
     // The offline recipe of the README.
     if !debian_toolchain_ready() {
@@ -298,5 +548,5 @@ fn a_generated_extension_tests_builds_and_runs_in_host_sim() {
         .env("CARGO_TARGET_DIR", &offline)
         .env_remove("RUSTFLAGS")
         .env_remove("RUSTUP_TOOLCHAIN"));
-    runs_in_host_sim(&project, &component_in(&offline));
+    publishes_and_runs_in_host_sim(&project, &component_in(&offline));
 }

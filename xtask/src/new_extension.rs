@@ -33,7 +33,7 @@ const FILES: [(&str, &str); 7] = [
 ];
 
 /// Crates the template depends on, which a project cannot be named after.
-const TAKEN: [&str; 4] = ["extension-guest", "serde", "serde_json", "toml"];
+const TAKEN: [&str; 5] = ["extension-guest", "host-sim", "serde", "serde_json", "toml"];
 
 /// The values the template's `{{placeholders}}` take.
 struct Names {
@@ -45,6 +45,8 @@ struct Names {
     action_prefix: String,
     /// The guest crate in this checkout.
     guest_path: String,
+    /// host-sim in this checkout (the tests' in-process test host).
+    host_sim_path: String,
 }
 
 impl Names {
@@ -66,12 +68,17 @@ impl Names {
         let guest = guest
             .canonicalize()
             .with_context(|| format!("the guest crate is missing at {}", guest.display()))?;
+        let host_sim = crate::workspace_root().join("host-sim");
+        let host_sim = host_sim
+            .canonicalize()
+            .with_context(|| format!("host-sim is missing at {}", host_sim.display()))?;
         let underscored = name.replace('-', "_");
         Ok(Self {
             name: name.to_owned(),
             krate: underscored.clone(),
             action_prefix: underscored,
             guest_path: guest.to_string_lossy().into_owned(),
+            host_sim_path: host_sim.to_string_lossy().into_owned(),
         })
     }
 
@@ -81,6 +88,7 @@ impl Names {
             .replace("{{crate}}", &self.krate)
             .replace("{{action_prefix}}", &self.action_prefix)
             .replace("{{guest_path}}", &self.guest_path)
+            .replace("{{host_sim_path}}", &self.host_sim_path)
     }
 }
 
@@ -118,7 +126,7 @@ pub fn run(args: &Args) -> Result<()> {
         names.action_prefix
     );
     println!(
-        "    next: cd {} && cargo test && cargo component build --release",
+        "    next: cd {} && cargo component build --release && cargo test",
         dir.display()
     );
     println!(

@@ -1,75 +1,127 @@
-//! The action against a native test host: the `upstream` binding answered
-//! by a closure, documents in memory.
+//! The built component in host-sim's in-process test host
+//! (`host_sim::testing`): the `upstream` binding answered by a handler in
+//! this process, documents and the secret as the platform's host keeps
+//! them. Build the component first: `cargo component build --release`
+//! (or point `EXTENSION_COMPONENT` at a build).
 
-use extension_guest::testing::TestHost;
-use extension_guest::{BindingError, ErrorCode, HttpResponse};
-use {{crate}}::{ACTIONS, GREET, Greeting, SALUTATION_PATH, UPSTREAM, dispatch};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use host_sim::testing::{ProviderResponse, TestHost, TestHostBuilder};
 use serde_json::json;
+use {{crate}}::{ACTIONS, GREET, SALUTATION_PATH, UPSTREAM};
 
-fn host(salutation: &'static str) -> TestHost {
-    TestHost::new("test-project").on_binding(UPSTREAM, move |request| {
-        assert_eq!(
-            (request.method.as_str(), request.path.as_str()),
-            ("GET", SALUTATION_PATH)
-        );
-        Ok(HttpResponse::json_body(
-            200,
-            &json!({ "salutation": salutation }),
-        ))
-    })
+fn project_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn greet(host: &TestHost, input: serde_json::Value) -> Result<Greeting, (ErrorCode, String)> {
-    dispatch(host, GREET, &input.to_string())
-        .map(|output| serde_json::from_str(&output).expect("the output is a Greeting"))
-        .map_err(|e| (e.code, e.message))
+/// The component `cargo component build --release` wrote; refused when it
+/// is older than the sources (the test would run yesterday's code).
+fn component() -> PathBuf {
+    let path = std::env::var_os("EXTENSION_COMPONENT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| project_dir().join("target"));
+            target.join("wasm32-wasip1/release/{{crate}}.wasm")
+        });
+    let built = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "no component at {}: run `cargo component build --release` first",
+                path.display()
+            )
+        });
+    let newest_source = std::fs::read_dir(project_dir().join("src"))
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
+        .max()
+        .unwrap();
+    assert!(
+        built >= newest_source,
+        "{} is older than src/: run `cargo component build --release` again",
+        path.display()
+    );
+    path
+}
+
+fn test_host() -> TestHostBuilder {
+    TestHost::from_files(project_dir().join("manifest.toml"), component()).unwrap()
+}
+
+fn upstream_says(salutation: &'static str) -> TestHost {
+    test_host()
+        .binding(UPSTREAM, move |_| {
+            ProviderResponse::json(200, &json!({ "salutation": salutation }))
+        })
+        .build()
+        .unwrap()
 }
 
 #[test]
 fn greets_with_the_upstream_salutation_and_counts_the_project_s_greetings() {
-    let host = host("Hello");
-    let first = greet(&host, json!({ "name": "Ada" })).unwrap();
-    assert_eq!(
-        first,
-        Greeting {
-            message: "Hello, Ada!".into(),
-            count: 1
-        }
-    );
-    let second = greet(&host, json!({ "name": " Grace " })).unwrap();
-    assert_eq!(
-        second,
-        Greeting {
-            message: "Hello, Grace!".into(),
-            count: 2
-        }
-    );
-    assert_eq!(host.document("greetings", "counter").unwrap().revision, 2);
-    assert_eq!(host.requests().len(), 2);
+    let host = upstream_says("Hello");
+    let first = host.invoke(GREET, json!({ "name": "Ada" })).unwrap();
+    assert_eq!(first, json!({ "message": "Hello, Ada!", "count": 1 }));
+    let second = host.invoke(GREET, json!({ "name": " Grace " })).unwrap();
+    assert_eq!(second, json!({ "message": "Hello, Grace!", "count": 2 }));
+    let (revision, counter) = host.document("greetings", "counter").unwrap();
+    assert_eq!((revision, counter), (2, json!({ "greetings": 2 })));
+
+    // What the upstream saw: the allowed request, with the secret that
+    // only the host holds.
+    let requests = host.requests(UPSTREAM);
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_eq!((request.method.as_str(), request.path.as_str()), ("GET", SALUTATION_PATH));
+        assert_eq!(
+            request.header("authorization"),
+            Some(format!("Bearer {}", host.secret(UPSTREAM)).as_str())
+        );
+    }
 }
 
 #[test]
-fn bad_input_names_the_field() {
-    let host = host("Hello");
-    let (code, message) = greet(&host, json!({ "name": "  " })).unwrap_err();
+fn bad_input_names_the_field_and_sends_nothing() {
+    let host = upstream_says("Hello");
+    let blank = host.invoke(GREET, json!({ "name": "  " })).unwrap_err();
     assert_eq!(
-        (code, message.as_str()),
-        (ErrorCode::InvalidInput, "name: must not be blank")
+        (blank.code(), blank.to_string().as_str()),
+        ("invalid_input", "name: must not be blank")
     );
-    let (code, message) = greet(&host, json!({ "nom": "Ada" })).unwrap_err();
-    assert_eq!(code, ErrorCode::InvalidInput);
-    assert_eq!(message, "nom: unknown field `nom`, expected `name`");
-    assert!(host.requests().is_empty(), "nothing is sent for bad input");
+    // The manifest's input schema refuses unknown fields before the guest runs.
+    let unknown = host.invoke(GREET, json!({ "nom": "Ada" })).unwrap_err();
+    assert_eq!(unknown.code(), "invalid_input", "{unknown}");
+    assert!(host.requests(UPSTREAM).is_empty(), "nothing is sent for bad input");
 }
 
 #[test]
-fn an_unreachable_upstream_is_provider_unavailable_and_counts_nothing() {
-    let host = TestHost::new("test-project").on_binding(UPSTREAM, |_| {
-        Err(BindingError::Unavailable("connection refused".into()))
-    });
-    let (code, _) = greet(&host, json!({ "name": "Ada" })).unwrap_err();
-    assert_eq!(code, ErrorCode::ProviderUnavailable);
-    assert!(host.document("greetings", "counter").is_none());
+fn upstream_failures_are_provider_errors_and_count_nothing() {
+    let refusing = test_host()
+        .binding(UPSTREAM, |_| ProviderResponse::status(503).body("maintenance"))
+        .build()
+        .unwrap();
+    let refused = refusing.invoke(GREET, json!({ "name": "Ada" })).unwrap_err();
+    assert_eq!(refused.code(), "provider_rejected", "{refused}");
+    assert!(refused.to_string().contains("answered 503"), "{refused}");
+    assert!(refusing.document("greetings", "counter").is_none());
+
+    let slow = test_host()
+        .binding(UPSTREAM, |_| {
+            ProviderResponse::json(200, &json!({ "salutation": "Hi" })).after(Duration::from_secs(2))
+        })
+        .binding_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let late = slow.invoke(GREET, json!({ "name": "Ada" })).unwrap_err();
+    assert_eq!(late.code(), "provider_unavailable", "{late}");
+
+    let down = test_host().unreachable_binding(UPSTREAM).build().unwrap();
+    let unreachable = down.invoke(GREET, json!({ "name": "Ada" })).unwrap_err();
+    assert_eq!(unreachable.code(), "provider_unavailable", "{unreachable}");
+    assert!(down.document("greetings", "counter").is_none());
 }
 
 #[test]
