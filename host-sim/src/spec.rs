@@ -3,6 +3,7 @@
 //! capabilities it needs and its compiled input/output JSON Schemas.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use extension_release::{Manifest, PathPattern};
 use serde_json::Value;
@@ -66,6 +67,9 @@ pub struct ExtensionSpec {
     /// Declared document collections (`None`: no `documents` capability).
     pub collections: Option<BTreeSet<String>>,
     pub actions: BTreeMap<String, ActionSpec>,
+    /// Every action as the surfaces present it, in name order (shared, so
+    /// a surface's lookup copies nothing).
+    pub action_infos: Arc<[ActionInfo]>,
 }
 
 impl ExtensionSpec {
@@ -135,7 +139,9 @@ impl ExtensionSpec {
                 },
             );
         }
+        let action_infos = actions.values().map(|a| a.info.clone()).collect();
         Ok(Self {
+            action_infos,
             id: manifest.extension.id.clone(),
             version: manifest.extension.version.clone(),
             component: manifest.extension.component.clone(),

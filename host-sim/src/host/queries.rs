@@ -2,6 +2,7 @@
 //! invoking: who a token is, which actions an installed extension offers,
 //! the panel's files, and short-lived console sessions.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Caller, Host, HostError, IssuedToken};
@@ -28,20 +29,27 @@ impl Host {
     }
 
     /// The actions of an installed extension, in manifest-name order;
-    /// `None` if it is not installed.
-    pub fn actions(&self, extension: &str) -> Result<Option<Vec<ActionInfo>>, HostError> {
-        let Some(stored) = self.state.release(extension)? else {
+    /// `None` if it is not installed. Blocking on a first look-up (the
+    /// database, maybe a compilation); see [`Self::actions_in_memory`].
+    pub fn actions(&self, extension: &str) -> Result<Option<Arc<[ActionInfo]>>, HostError> {
+        let Some(digest) = self.state.installed_digest(extension)? else {
             return Ok(None);
         };
-        let release = self.pool.release(extension, &stored.digest)?;
-        Ok(Some(
-            release
-                .spec
-                .actions
-                .values()
-                .map(|a| a.info.clone())
-                .collect(),
-        ))
+        let release = self.pool.release(extension, &digest)?;
+        Ok(Some(release.spec.action_infos.clone()))
+    }
+
+    /// [`Self::actions`] when memory holds the answer (no database read,
+    /// no compilation, nothing that blocks): what a surface asks first on
+    /// its async thread. `None`: ask [`Self::actions`].
+    pub fn actions_in_memory(&self, extension: &str) -> Option<Option<Arc<[ActionInfo]>>> {
+        match self.state.installed_digest_in_memory(extension)? {
+            None => Some(None),
+            Some(digest) => {
+                let release = self.pool.cached_release(&digest)?;
+                Some(Some(release.spec.action_infos.clone()))
+            }
+        }
     }
 
     /// A file of the installed release's panel (a path relative to the

@@ -160,19 +160,23 @@ impl InstancePool {
         self.housekeeping.enter()
     }
 
+    /// The release with `digest` if it is compiled and cached already.
+    pub fn cached_release(&self, digest: &str) -> Option<Arc<CompiledRelease>> {
+        self.releases
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(digest)
+            .cloned()
+    }
+
     /// The installed release with `digest`, compiled once and cached.
     pub fn release(
         &self,
         extension: &str,
         digest: &str,
     ) -> Result<Arc<CompiledRelease>, LoadError> {
-        if let Some(release) = self
-            .releases
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(digest)
-        {
-            return Ok(release.clone());
+        if let Some(release) = self.cached_release(digest) {
+            return Ok(release);
         }
         let not_installed = || LoadError::NotInstalled {
             extension: extension.to_string(),

@@ -98,16 +98,23 @@ async fn handle(
             }
         }
     };
-    let lookup = extension.clone();
-    let actions = match host_query(
-        &shared.host,
-        "looking up an extension's actions",
-        move |host| host.actions(&lookup),
-    )
-    .await
-    {
-        Ok(actions) => actions,
-        Err(error) => return invoke_error_response(&error, &request_id),
+    // From memory on the async thread when it can be (every request after
+    // the first at a state version); the database on a blocking thread when not.
+    let actions = match shared.host.actions_in_memory(&extension) {
+        Some(actions) => actions,
+        None => {
+            let lookup = extension.clone();
+            match host_query(
+                &shared.host,
+                "looking up an extension's actions",
+                move |host| host.actions(&lookup),
+            )
+            .await
+            {
+                Ok(actions) => actions,
+                Err(error) => return invoke_error_response(&error, &request_id),
+            }
+        }
     };
     let action = match route_action(
         actions.as_deref(),

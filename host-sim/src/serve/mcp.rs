@@ -161,7 +161,7 @@ fn caller_tools(host: &Host, access: &TokenAccess) -> Result<Vec<CallerTool>, Ho
         let Some(actions) = host.actions(extension)? else {
             continue;
         };
-        for action in actions {
+        for action in actions.iter().cloned() {
             let declared = action.input_schema.get("properties");
             if declared.and_then(|p| p.get(PROJECT_ARGUMENT)).is_some() {
                 tracing::warn!(

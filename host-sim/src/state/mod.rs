@@ -62,6 +62,8 @@ pub struct State {
     /// Invocation snapshots by (token hash, extension, project).
     snapshots: Mutex<VersionedCache<snapshot::SnapshotKey, snapshot::StoredSnapshot>>,
     documents: Mutex<VersionedCache<documents::DocumentKey, Option<StoredDocument>>>,
+    /// Installed release digests by extension.
+    digests: Mutex<VersionedCache<String, Option<String>>>,
 }
 
 pub fn now_secs() -> i64 {
@@ -106,6 +108,7 @@ impl State {
             changes,
             snapshots: Mutex::new(VersionedCache::new(MAX_CACHED_SNAPSHOTS)),
             documents: Mutex::new(VersionedCache::new(MAX_CACHED_DOCUMENTS)),
+            digests: Mutex::new(VersionedCache::new(MAX_CACHED_SNAPSHOTS)),
         })
     }
 

@@ -44,6 +44,25 @@ fn release_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRelease> {
 }
 
 impl State {
+    /// The digest of `extension_id`'s installed release (`None`: not
+    /// installed), reused while the state's version holds.
+    pub fn installed_digest(&self, extension_id: &str) -> Result<Option<String>> {
+        self.cached(&self.digests, extension_id.to_string(), |key, _| {
+            Ok(self
+                .conn()
+                .prepare_cached("SELECT digest FROM releases WHERE extension_id = ?1")?
+                .query_row([key], |r| r.get(0))
+                .optional()?)
+        })
+    }
+
+    /// [`Self::installed_digest`] if it can be answered without the
+    /// database (read at the state's current version); `None` otherwise.
+    pub fn installed_digest_in_memory(&self, extension_id: &str) -> Option<Option<String>> {
+        let version = self.version()?;
+        super::lock(&self.digests).get(version, &extension_id.to_string())
+    }
+
     pub fn release(&self, extension_id: &str) -> Result<Option<StoredRelease>> {
         let conn = self.conn();
         Ok(conn
@@ -264,5 +283,26 @@ mod tests {
             state.remove_release("ext"),
             Err(StateError::NotInstalled { .. })
         ));
+    }
+
+    #[test]
+    fn the_installed_digest_is_answered_from_memory_only_while_the_version_holds() {
+        let (_dir, state) = open();
+        assert_eq!(state.installed_digest_in_memory("ext"), None, "never read");
+        assert_eq!(state.installed_digest("ext").unwrap(), None);
+        assert_eq!(state.installed_digest_in_memory("ext"), Some(None));
+        state.store_release(&release("1"), false).unwrap();
+        assert_eq!(
+            state.installed_digest_in_memory("ext"),
+            None,
+            "a commit voids what memory held"
+        );
+        assert_eq!(state.installed_digest("ext").unwrap().as_deref(), Some("1"));
+        state.store_release(&release("2"), true).unwrap();
+        assert_eq!(state.installed_digest("ext").unwrap().as_deref(), Some("2"));
+        assert_eq!(
+            state.installed_digest_in_memory("ext"),
+            Some(Some("2".to_string()))
+        );
     }
 }
