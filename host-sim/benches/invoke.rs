@@ -5,6 +5,22 @@
 //!
 //! `cargo bench -p host-sim --bench invoke` (needs `cargo xtask guests`).
 //! `HOST_SIM_BENCH_ITERATIONS` sets the number of timed invocations.
+//!
+//! Targets (issue 21): p50 ≤ 10 µs and p99 ≤ 25 µs, with every check and a
+//! fresh store per invocation. Where an invocation's time goes, measured
+//! with `perf record --call-graph dwarf` over 150,000 invocations (2 cores,
+//! shared with other builds; p50 12.6–12.9 µs in the same runs):
+//!
+//! | stage | share of `Host::invoke` | ≈ µs of the p50 |
+//! |---|---|---|
+//! | fresh store: `StoreData::new` (WASI context, two RNG seedings), `Store::new`, `InstancePre::instantiate` (pooled slots, func refs, module registration) | 52 % | 6.6 |
+//! | teardown of a finished store (pooled memory reset: a `PAGEMAP_SCAN` ioctl and the dirty pages) | 32 % | 4.1 |
+//! | everything else: token hash and snapshot (cached), schema checks, `InvocationScope`, the guest's run with its `documents.get`, output parse and redaction | 16 % | 2.1 |
+//!
+//! So the 10 µs target is out of reach on the invocation's own thread:
+//! creating and tearing down the fresh store alone is 10.7 µs. Only moving
+//! one of them to another thread gets there, which needs an idle core (see
+//! `ARCHITECTURE.md`, "Invocation cost").
 
 #[path = "../tests/common/guest.rs"]
 mod guest;
@@ -29,17 +45,18 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-fn summary(name: &str, mut samples: Vec<Duration>) -> Duration {
+fn summary(name: &str, mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
     let p50 = percentile(&samples, 0.50);
+    let p99 = percentile(&samples, 0.99);
     println!(
         "{name:<40} n={:<6} p50={:>8.1} µs  p99={:>8.1} µs  min={:>8.1} µs",
         samples.len(),
         micros(p50),
-        micros(percentile(&samples, 0.99)),
+        micros(p99),
         micros(samples[0]),
     );
-    p50
+    (p50, p99)
 }
 
 fn main() {
@@ -102,13 +119,13 @@ fn main() {
             .map(|n| n.get())
             .unwrap_or(1)
     );
-    let p50 = summary("invoke docs.read_one", latencies);
+    let (p50, p99) = summary("invoke docs.read_one", latencies);
 
     let samples = host
         .measure_instantiation(EXTENSION, PROJECT, iterations.min(2000))
         .unwrap();
-    let pooled = summary("instantiate: pooled InstancePre", samples.pooled_pre);
-    let plain = summary(
+    let (pooled, _) = summary("instantiate: pooled InstancePre", samples.pooled_pre);
+    let (plain, _) = summary(
         "instantiate: plain Linker::instantiate",
         samples.plain_linker,
     );
@@ -116,12 +133,16 @@ fn main() {
         "ratio pooled InstancePre / plain Linker::instantiate (p50): {:.3}",
         pooled.as_secs_f64() / plain.as_secs_f64()
     );
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
     println!(
-        "target p50 < 100 µs: {}",
-        if p50 < Duration::from_micros(100) {
-            "met"
-        } else {
-            "NOT met"
-        }
+        "target p50 <= 10 µs: {} (p50 {:.1} µs; creating, instantiating and dropping a fresh pooled store alone takes {:.1} µs)",
+        verdict(p50 <= Duration::from_micros(10)),
+        micros(p50),
+        micros(pooled),
+    );
+    println!(
+        "target p99 <= 25 µs: {} (p99 {:.1} µs)",
+        verdict(p99 <= Duration::from_micros(25)),
+        micros(p99),
     );
 }
