@@ -10,7 +10,7 @@
 //! (`BindingClient::block_on` on the calling thread), so both sides use the
 //! same transport and the difference is what the host adds. Prints p50 and
 //! p99 of each, the difference of the p50s and their ratio (target: below
-//! 1.3×). The difference is the steadier figure: the direct path is mostly
+//! 1.1×, at most 30 µs added). The difference is the steadier figure: the direct path is mostly
 //! waiting on loopback round trips, which a busy machine stretches, and a
 //! slower baseline flatters the ratio. It reports; it does not assert timing.
 //!
@@ -159,7 +159,7 @@ fn main() {
         (host_p50.as_secs_f64() - direct_p50.as_secs_f64()) * 1e6
     );
     println!(
-        "  ratio of p50s (host / direct): {:.2}x  (target < 1.3x)",
+        "  ratio of p50s (host / direct): {:.2}x  (target <= 1.1x)",
         host_p50.as_secs_f64() / direct_p50.as_secs_f64()
     );
 }
