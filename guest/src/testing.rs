@@ -20,7 +20,7 @@ pub struct TestHost {
     /// What [`Host::now_ms`] answers.
     pub now_ms: i64,
     handlers: HashMap<String, Handler>,
-    documents: Mutex<HashMap<(String, String), (u64, String)>>,
+    documents: MemoryDocuments,
     requests: Mutex<Vec<HttpRequest>>,
     logs: Mutex<Vec<(LogLevel, String)>>,
 }
@@ -38,7 +38,7 @@ impl TestHost {
             },
             now_ms: 1_767_225_600_000,
             handlers: HashMap::new(),
-            documents: Mutex::default(),
+            documents: MemoryDocuments::default(),
             requests: Mutex::default(),
             logs: Mutex::default(),
         }
@@ -67,6 +67,23 @@ impl TestHost {
 
     /// The stored document `collection/id`.
     pub fn document(&self, collection: &str, id: &str) -> Option<Document> {
+        self.documents.get(collection, id)
+    }
+}
+
+/// A project's documents in memory, with revisions and compare-and-set as
+/// the host keeps them: the first write is revision 1, each write adds one,
+/// a [`Precondition`] that does not hold is [`DocumentError::Conflict`] with
+/// the stored revision (0 for none), and a body must be JSON. Share one
+/// (in an `Arc`) between hosts to model concurrent invocations of a project.
+#[derive(Default)]
+pub struct MemoryDocuments {
+    documents: Mutex<HashMap<(String, String), (u64, String)>>,
+}
+
+impl MemoryDocuments {
+    /// The stored document `collection/id`.
+    pub fn get(&self, collection: &str, id: &str) -> Option<Document> {
         lock(&self.documents)
             .get(&(collection.to_owned(), id.to_owned()))
             .map(|(revision, body)| Document {
@@ -75,6 +92,54 @@ impl TestHost {
                 revision: *revision,
                 body: body.clone(),
             })
+    }
+
+    /// How many documents are stored.
+    pub fn len(&self) -> usize {
+        lock(&self.documents).len()
+    }
+
+    /// Whether no document is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes `body` when `condition` holds; answers the new revision.
+    pub fn put(
+        &self,
+        collection: &str,
+        id: &str,
+        body: &str,
+        condition: Precondition,
+    ) -> Result<u64, DocumentError> {
+        if serde_json::from_str::<serde_json::Value>(body).is_err() {
+            return Err(DocumentError::Invalid("the body is not JSON".to_owned()));
+        }
+        let mut documents = lock(&self.documents);
+        let key = (collection.to_owned(), id.to_owned());
+        let stored = documents.get(&key).map_or(0, |(revision, _)| *revision);
+        if !condition.holds(stored) {
+            return Err(DocumentError::Conflict(stored));
+        }
+        documents.insert(key, (stored + 1, body.to_owned()));
+        Ok(stored + 1)
+    }
+
+    /// Deletes `collection/id` when `condition` holds; answers whether a
+    /// document was deleted.
+    pub fn delete(
+        &self,
+        collection: &str,
+        id: &str,
+        condition: Precondition,
+    ) -> Result<bool, DocumentError> {
+        let mut documents = lock(&self.documents);
+        let key = (collection.to_owned(), id.to_owned());
+        let stored = documents.get(&key).map_or(0, |(revision, _)| *revision);
+        if !condition.holds(stored) {
+            return Err(DocumentError::Conflict(stored));
+        }
+        Ok(documents.remove(&key).is_some())
     }
 }
 
@@ -122,17 +187,7 @@ impl Host for TestHost {
         body: &str,
         condition: Precondition,
     ) -> Result<u64, DocumentError> {
-        if serde_json::from_str::<serde_json::Value>(body).is_err() {
-            return Err(DocumentError::Invalid("the body is not JSON".to_owned()));
-        }
-        let mut documents = lock(&self.documents);
-        let key = (collection.to_owned(), id.to_owned());
-        let stored = documents.get(&key).map_or(0, |(revision, _)| *revision);
-        if !condition.holds(stored) {
-            return Err(DocumentError::Conflict(stored));
-        }
-        documents.insert(key, (stored + 1, body.to_owned()));
-        Ok(stored + 1)
+        self.documents.put(collection, id, body, condition)
     }
 
     fn delete_document(
@@ -141,13 +196,7 @@ impl Host for TestHost {
         id: &str,
         condition: Precondition,
     ) -> Result<bool, DocumentError> {
-        let mut documents = lock(&self.documents);
-        let key = (collection.to_owned(), id.to_owned());
-        let stored = documents.get(&key).map_or(0, |(revision, _)| *revision);
-        if !condition.holds(stored) {
-            return Err(DocumentError::Conflict(stored));
-        }
-        Ok(documents.remove(&key).is_some())
+        self.documents.delete(collection, id, condition)
     }
 
     fn log(&self, level: LogLevel, message: &str) {

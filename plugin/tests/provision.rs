@@ -120,7 +120,7 @@ fn concurrent_provisions_of_one_project_leave_one_website_and_one_mapping() {
     assert_eq!(results[0], results[1]);
     assert_eq!(fake.websites().len(), 1);
     assert_eq!(fake.renames(), 0);
-    assert_eq!(first.documents.count(), 1);
+    assert_eq!(first.documents.len(), 1);
     assert_eq!(first.mapping_revision(), Some(1));
 }
 

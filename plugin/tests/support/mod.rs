@@ -6,10 +6,10 @@
 
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use extension_guest::testing::MemoryDocuments;
 use managed_analytics::host::{
     BindingError, Document, DocumentError, Host, HttpRequest, HttpResponse, Invocation, LogLevel,
     Precondition, ProjectSettings,
@@ -47,51 +47,13 @@ fn allowed(method: &str, path: &str) -> bool {
     })
 }
 
-/// Project documents shared by every host of one project (like the core's).
-#[derive(Default)]
-pub struct Documents {
-    docs: Mutex<HashMap<(String, String), (u64, String)>>,
-}
-
-impl Documents {
-    pub fn get(&self, collection: &str, id: &str) -> Option<(u64, String)> {
-        self.docs
-            .lock()
-            .unwrap()
-            .get(&(collection.to_owned(), id.to_owned()))
-            .cloned()
-    }
-
-    pub fn count(&self) -> usize {
-        self.docs.lock().unwrap().len()
-    }
-
-    fn put(
-        &self,
-        collection: &str,
-        id: &str,
-        body: &str,
-        condition: Precondition,
-    ) -> Result<u64, DocumentError> {
-        serde_json::from_str::<serde_json::Value>(body)
-            .map_err(|_| DocumentError::Invalid("not JSON".into()))?;
-        let mut docs = self.docs.lock().unwrap();
-        let key = (collection.to_owned(), id.to_owned());
-        let stored = docs.get(&key).map_or(0, |(revision, _)| *revision);
-        if !condition.holds(stored) {
-            return Err(DocumentError::Conflict(stored));
-        }
-        docs.insert(key, (stored + 1, body.to_owned()));
-        Ok(stored + 1)
-    }
-}
-
 pub struct TestHost {
     pub invocation: Invocation,
     base_url: Option<String>,
     secret: String,
     agent: ureq::Agent,
-    pub documents: Arc<Documents>,
+    /// Shared by every sibling host of the project (like the core's).
+    pub documents: Arc<MemoryDocuments>,
     pub logs: Mutex<Vec<String>>,
     /// `METHOD path` of every request the plugin sent.
     pub sent: Mutex<Vec<String>>,
@@ -118,7 +80,7 @@ impl TestHost {
                 .http_status_as_error(false)
                 .build()
                 .into(),
-            documents: Arc::new(Documents::default()),
+            documents: Arc::new(MemoryDocuments::default()),
             logs: Mutex::new(Vec::new()),
             sent: Mutex::new(Vec::new()),
             now_ms: NOW_MS,
@@ -157,7 +119,7 @@ impl TestHost {
     pub fn mapping_revision(&self) -> Option<u64> {
         self.documents
             .get("site", "mapping")
-            .map(|(revision, _)| revision)
+            .map(|document| document.revision)
     }
 
     /// Fails if the secret appears in any log line.
@@ -265,15 +227,7 @@ impl Host for TestHost {
     }
 
     fn get_document(&self, collection: &str, id: &str) -> Result<Option<Document>, DocumentError> {
-        Ok(self
-            .documents
-            .get(collection, id)
-            .map(|(revision, body)| Document {
-                collection: collection.into(),
-                id: id.into(),
-                revision,
-                body,
-            }))
+        Ok(self.documents.get(collection, id))
     }
 
     fn put_document(
@@ -292,13 +246,7 @@ impl Host for TestHost {
         id: &str,
         condition: Precondition,
     ) -> Result<bool, DocumentError> {
-        let mut docs = self.documents.docs.lock().unwrap();
-        let key = (collection.to_owned(), id.to_owned());
-        let stored = docs.get(&key).map_or(0, |(revision, _)| *revision);
-        if !condition.holds(stored) {
-            return Err(DocumentError::Conflict(stored));
-        }
-        Ok(docs.remove(&key).is_some())
+        self.documents.delete(collection, id, condition)
     }
 
     fn log(&self, level: LogLevel, message: &str) {
