@@ -32,6 +32,37 @@ pub struct NewRelease<'a> {
 
 const RELEASE_COLUMNS: &str = "extension_id, version, digest, manifest, key_id, installed_at";
 
+/// Puts `release` and its files in place of the extension's current ones
+/// (inside the caller's transaction; approvals are the caller's).
+fn replace_release_rows(tx: &rusqlite::Transaction<'_>, release: &NewRelease<'_>) -> Result<()> {
+    tx.execute(
+        "DELETE FROM releases WHERE extension_id = ?1",
+        [release.extension_id],
+    )?;
+    tx.execute(
+        "DELETE FROM release_files WHERE extension_id = ?1",
+        [release.extension_id],
+    )?;
+    tx.execute(
+        &format!("INSERT INTO releases ({RELEASE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+        params![
+            release.extension_id,
+            release.version,
+            release.digest,
+            release.manifest,
+            release.key_id,
+            now_secs()
+        ],
+    )?;
+    for (path, bytes) in release.files {
+        tx.execute(
+            "INSERT INTO release_files (extension_id, path, bytes) VALUES (?1, ?2, ?3)",
+            params![release.extension_id, path, bytes],
+        )?;
+    }
+    Ok(())
+}
+
 fn release_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRelease> {
     Ok(StoredRelease {
         extension_id: r.get(0)?,
@@ -119,32 +150,10 @@ impl State {
                 _ => {}
             }
             tx.execute(
-                "DELETE FROM releases WHERE extension_id = ?1",
-                [release.extension_id],
-            )?;
-            tx.execute(
                 "DELETE FROM approvals WHERE extension_id = ?1",
                 [release.extension_id],
             )?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO releases ({RELEASE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
-                ),
-                params![
-                    release.extension_id,
-                    release.version,
-                    release.digest,
-                    release.manifest,
-                    release.key_id,
-                    now_secs()
-                ],
-            )?;
-            for (path, bytes) in release.files {
-                tx.execute(
-                    "INSERT INTO release_files (extension_id, path, bytes) VALUES (?1, ?2, ?3)",
-                    params![release.extension_id, path, bytes],
-                )?;
-            }
+            replace_release_rows(tx, release)?;
             bump_extension(tx, release.extension_id)?;
             Ok(())
         })
@@ -170,14 +179,6 @@ impl State {
                 )
                 .optional()?;
             tx.execute(
-                "DELETE FROM releases WHERE extension_id = ?1",
-                [release.extension_id],
-            )?;
-            tx.execute(
-                "DELETE FROM release_files WHERE extension_id = ?1",
-                [release.extension_id],
-            )?;
-            tx.execute(
                 "DELETE FROM approvals WHERE extension_id = ?1 AND digest <> ?2 AND digest <> ?3",
                 params![
                     release.extension_id,
@@ -185,25 +186,7 @@ impl State {
                     previous.as_deref().unwrap_or(release.digest)
                 ],
             )?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO releases ({RELEASE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
-                ),
-                params![
-                    release.extension_id,
-                    release.version,
-                    release.digest,
-                    release.manifest,
-                    release.key_id,
-                    now_secs()
-                ],
-            )?;
-            for (path, bytes) in release.files {
-                tx.execute(
-                    "INSERT INTO release_files (extension_id, path, bytes) VALUES (?1, ?2, ?3)",
-                    params![release.extension_id, path, bytes],
-                )?;
-            }
+            replace_release_rows(tx, release)?;
             for capability in approved {
                 tx.execute(
                     "INSERT OR IGNORE INTO approvals (extension_id, digest, capability, approved_at)
