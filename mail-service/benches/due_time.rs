@@ -22,17 +22,14 @@
 //! Without `--bench` (`cargo test --benches`) it is a smoke run: 200 emails
 //! over 2 s.
 
+mod support;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mail_service::clock::rfc3339;
-use mail_service::model::Permission;
-use mail_service::service::{MailService, Settings};
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
-use mail_service::store::{StorageConfig, Store};
-use mail_service::transport::Transport;
+use mail_service::store::StorageConfig;
 use serde_json::{Value, json};
 
 const BATCH: usize = 100;
@@ -105,36 +102,13 @@ fn email_id(message_id: &str) -> Option<i64> {
 
 /// A `mail-service serve` process handing off to the sink; its base URL.
 fn serve(env: &[(String, String)], sink_port: u16) -> (std::process::Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mail-service"))
-        .arg("serve")
-        .env("MAIL_LISTEN", "127.0.0.1:0")
-        .env("RUST_LOG", "warn")
-        .env("MAIL_SMTP_HOST", "127.0.0.1")
-        .env("MAIL_SMTP_PORT", sink_port.to_string())
-        .env("MAIL_SMTP_SECURITY", "none")
-        .envs(env.iter().cloned())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("server starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addr) = line.strip_prefix("mail-service listening on ") {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(addr.to_string());
-                }
-            } else {
-                eprintln!("server: {line}");
-            }
-        }
-    });
-    let base = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("server address");
-    (child, base)
+    let mut all = vec![
+        ("MAIL_SMTP_HOST".to_owned(), "127.0.0.1".to_owned()),
+        ("MAIL_SMTP_PORT".to_owned(), sink_port.to_string()),
+        ("MAIL_SMTP_SECURITY".to_owned(), "none".to_owned()),
+    ];
+    all.extend(env.iter().cloned());
+    support::serve(&all)
 }
 
 /// Schedules one batch; the ids with their due times.
@@ -224,29 +198,11 @@ async fn run(
     emails: usize,
     span: Duration,
 ) {
-    let store = match Store::connect(&storage).await {
-        Ok(s) => s,
-        Err(e) => {
-            println!("{label}: cannot open the database ({e:#}); skipped");
-            return;
-        }
+    let Some((store, service, _, key)) =
+        support::bench_tenant(label, &storage, dir, "due-time").await
+    else {
+        return;
     };
-    let service = MailService::start(
-        store.clone(),
-        Transport::File(dir.join("outbox")),
-        mail_service::system_clock(),
-        Settings::default(),
-    )
-    .await
-    .unwrap();
-    let (_, key) = service
-        .create_api_key("bench", "due-time", Permission::SendingAccess)
-        .await
-        .unwrap();
-    service
-        .set_rate_limit("bench", 1_000_000_000)
-        .await
-        .unwrap();
     // The server owns the database from here on.
     store.close().await;
     drop(service);

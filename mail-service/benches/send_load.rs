@@ -17,19 +17,16 @@
 //! (the parent of the outbox directory; default /dev/shm where it exists,
 //! see `main`).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mail_service::model::{EmailStatus, Permission, Principal};
-use mail_service::service::{MailService, Settings};
+use mail_service::service::MailService;
 use mail_service::store::{EmailUpdate, NewEmail, NewLog, RateHit, Started, StorageConfig, Store};
-use mail_service::transport::Transport;
 
-/// The bench tenant's limit: high enough never to refuse.
-const RATE_LIMIT: i64 = 1_000_000_000;
+mod support;
+use support::RATE_LIMIT;
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -231,54 +228,12 @@ async fn run(
     seconds: u64,
     concurrency: usize,
 ) {
-    let store = match Store::connect(&storage).await {
-        Ok(s) => s,
-        Err(e) => {
-            println!("{label}: cannot open the database ({e:#}); skipped");
-            return;
-        }
+    let Some((store, service, record, key)) =
+        support::bench_tenant(label, &storage, dir, "load").await
+    else {
+        return;
     };
-    let service = MailService::start(
-        store.clone(),
-        Transport::File(dir.join("outbox")),
-        mail_service::system_clock(),
-        Settings::default(),
-    )
-    .await
-    .unwrap();
-    let (record, key) = service
-        .create_api_key("bench", "load", Permission::SendingAccess)
-        .await
-        .unwrap();
-    service
-        .set_rate_limit("bench", 1_000_000_000)
-        .await
-        .unwrap();
-
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mail-service"))
-        .arg("serve")
-        .env("MAIL_LISTEN", "127.0.0.1:0")
-        .env("RUST_LOG", "warn")
-        .envs(env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("server starts");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addr) = line.strip_prefix("mail-service listening on ")
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(addr.to_string());
-            }
-        }
-    });
-    let base = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("server address");
+    let (mut child, base) = support::serve(&env);
     // Interleave short slices of API load and raw load so both see the same
     // background load on a shared machine; the raw side runs with the API's
     // number of writers and with 4 (more writers than the database likes

@@ -1,0 +1,79 @@
+//! What the benchmarks share: a bench tenant with a key and no effective
+//! rate limit, and a `mail-service serve` process on loopback.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use mail_service::model::{ApiKey, Permission};
+use mail_service::service::{MailService, Settings};
+use mail_service::store::{StorageConfig, Store};
+use mail_service::transport::Transport;
+
+/// The bench tenant's limit: high enough never to refuse.
+pub const RATE_LIMIT: i64 = 1_000_000_000;
+
+/// Opens `storage`, starts a service on it (file transport into
+/// `dir/outbox`) and creates the tenant `bench` with a sending key named
+/// `key_name`. `None`, after saying so, when the database cannot be opened.
+pub async fn bench_tenant(
+    label: &str,
+    storage: &StorageConfig,
+    dir: &Path,
+    key_name: &str,
+) -> Option<(Store, MailService, ApiKey, String)> {
+    let store = match Store::connect(storage).await {
+        Ok(s) => s,
+        Err(e) => {
+            println!("{label}: cannot open the database ({e:#}); skipped");
+            return None;
+        }
+    };
+    let service = MailService::start(
+        store.clone(),
+        Transport::File(dir.join("outbox")),
+        mail_service::system_clock(),
+        Settings::default(),
+    )
+    .await
+    .unwrap();
+    let (record, key) = service
+        .create_api_key("bench", key_name, Permission::SendingAccess)
+        .await
+        .unwrap();
+    service.set_rate_limit("bench", RATE_LIMIT).await.unwrap();
+    Some((store, service, record, key))
+}
+
+/// Starts `mail-service serve` on a free loopback port with `env`; answers
+/// the process and its base URL. The server's other stderr lines are
+/// passed on.
+pub fn serve(env: &[(String, String)]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mail-service"))
+        .arg("serve")
+        .env("MAIL_LISTEN", "127.0.0.1:0")
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().cloned())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("server starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            match line.strip_prefix("mail-service listening on ") {
+                Some(addr) if tx.is_some() => {
+                    let _ = tx.take().map(|tx| tx.send(addr.to_string()));
+                }
+                _ => eprintln!("server: {line}"),
+            }
+        }
+    });
+    let base = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("server address");
+    (child, base)
+}
