@@ -1,0 +1,484 @@
+//! Emails, their idempotency reservations, handoff outcomes and scheduling.
+
+use super::*;
+
+/// The columns of `StoredEmail`, then the rest of the query.
+macro_rules! select_email {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, status, revision, payload, message_id, handoff_detail, scheduled_at, batch_id, created_at, updated_at FROM emails ",
+            $rest
+        )
+    };
+}
+
+/// An email's handoff result ($1 status, $2 detail, $3 now, $4 id), taken
+/// only by a `sending` row or one the sweeper declared `unknown`.
+macro_rules! update_email_outcome {
+    () => {
+        "UPDATE emails SET status = $1, handoff_detail = $2, revision = revision + 1, lease_until = NULL, updated_at = $3 \
+         WHERE id = $4 AND status IN ('sending', 'unknown')"
+    };
+}
+
+/// PostgreSQL: the emails of a request from arrays ($3..$12) at time $2:
+/// `scheduled` when they have a `scheduled_at`, else `sending` with lease $1.
+macro_rules! pg_insert_emails {
+    () => {
+        "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at) \
+         SELECT u.id, u.tenant_id, u.api_key_id, CASE WHEN u.scheduled_at IS NULL THEN 'sending' ELSE 'scheduled' END, 1, \
+           u.from_addr, u.to_addrs, u.subject, u.payload, u.message_id, u.scheduled_at, u.batch_id, \
+           CASE WHEN u.scheduled_at IS NULL THEN $1::bigint END, $2, $2 \
+         FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[]) \
+         AS u(id, tenant_id, api_key_id, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id)"
+    };
+}
+
+/// Reserves key ($1 tenant, $2 scope, $3 key) for body $4 in state $5 with
+/// emails $6 and answer $7 (NULL while in flight), lease $8 at time $9,
+/// completed at $10 (NULL while in flight), unless someone holds it: a
+/// completed record older than $11 is taken over. Changes no row when the
+/// key is held. (SQLite numbers `$n` by first appearance, so they appear in
+/// order.)
+const RESERVE_KEY: &str = "INSERT INTO idempotency_keys (tenant_id, scope, idem_key, body_hash, state, email_ids, outcome, lease_until, created_at, completed_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+     ON CONFLICT (tenant_id, scope, idem_key) DO UPDATE SET \
+       body_hash = excluded.body_hash, state = excluded.state, email_ids = excluded.email_ids, \
+       outcome = excluded.outcome, lease_until = excluded.lease_until, created_at = excluded.created_at, \
+       completed_at = excluded.completed_at \
+     WHERE idempotency_keys.state = 'completed' AND idempotency_keys.completed_at < $11";
+/// One email ($1..$11) in status $4 with lease $12 at time $13.
+const INSERT_EMAIL: &str = "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)";
+const PG_INSERT_EMAILS: &str = pg_insert_emails!();
+/// PostgreSQL: `RESERVE_KEY` (key $13..$15, body $16, email ids $17, replay
+/// cutoff $18, state $19, answer $20 completed at $21, with the emails'
+/// lease $1 and time $2) and the emails in one statement; the emails are
+/// written only when the key was reserved. Yields 1 when reserved, 0 when
+/// the key is held.
+const PG_RESERVE_AND_INSERT_EMAILS: &str = concat!(
+    "WITH k AS (INSERT INTO idempotency_keys (tenant_id, scope, idem_key, body_hash, state, email_ids, outcome, lease_until, created_at, completed_at) \
+     VALUES ($13, $14, $15, $16, $19, $17, $20, $1, $2, $21) \
+     ON CONFLICT (tenant_id, scope, idem_key) DO UPDATE SET \
+       body_hash = excluded.body_hash, state = excluded.state, email_ids = excluded.email_ids, \
+       outcome = excluded.outcome, lease_until = excluded.lease_until, created_at = excluded.created_at, \
+       completed_at = excluded.completed_at \
+     WHERE idempotency_keys.state = 'completed' AND idempotency_keys.completed_at < $18 RETURNING 1), \
+     e AS (",
+    pg_insert_emails!(),
+    " WHERE EXISTS (SELECT 1 FROM k)) SELECT count(*) FROM k"
+);
+
+const UPDATE_EMAIL_OUTCOME: &str = update_email_outcome!();
+/// The key's state $1 and recorded answer $2 at $3, for key ($4, $5, $6).
+const UPDATE_KEY_OUTCOME: &str = "UPDATE idempotency_keys SET state = $1, outcome = $2, completed_at = $3 \
+     WHERE tenant_id = $4 AND scope = $5 AND idem_key = $6 AND state IN ('in_flight', 'unknown')";
+/// PostgreSQL: one email's result and its key's ($5..$9) in one statement;
+/// the key moves only when the email did. Yields the emails changed (0 or 1).
+const PG_UPDATE_EMAIL_AND_KEY_OUTCOME: &str = concat!(
+    "WITH e AS (",
+    update_email_outcome!(),
+    " RETURNING id), k AS (UPDATE idempotency_keys SET state = $5, outcome = $6, completed_at = $3 \
+     WHERE tenant_id = $7 AND scope = $8 AND idem_key = $9 AND state IN ('in_flight', 'unknown') \
+     AND EXISTS (SELECT 1 FROM e)) SELECT count(*) FROM e"
+);
+
+/// Completes the `unknown` keys whose JSON list of email ids (`[1,2]`, as
+/// written by `email_ids`) holds `$2`: the list is matched as `,1,2,` against
+/// `%,$2,%`, so one id never matches inside a longer one.
+const RELEASE_KEYS_OF_EMAIL: &str = "UPDATE idempotency_keys SET state = 'completed', completed_at = $1 \
+     WHERE state = 'unknown' AND (',' || substr(email_ids, 2, length(email_ids) - 2) || ',') LIKE ('%,' || $2 || ',%')";
+
+impl Store {
+    /// Stores the emails (as `sending`, or `scheduled` when they have a
+    /// `scheduled_at`) and, when a reservation is given, reserves its key,
+    /// in one unit: either the key is ours and the emails exist, or nothing
+    /// was written. The key is in flight until `finish_handoff`, or, with
+    /// `answered`, completed at once with that recorded answer (an answer
+    /// that needs no handoff: scheduled emails). A completed record older
+    /// than the replay window is taken over.
+    pub async fn reserve_and_store(
+        &self,
+        reservation: Option<&Reservation>,
+        emails: &[NewEmail],
+        now: i64,
+        lease_until: i64,
+        answered: Option<&str>,
+    ) -> Result<Reserved, Error> {
+        let (state, completed_at) = match answered {
+            Some(_) => (KeyState::Completed, Some(now)),
+            None => (KeyState::InFlight, None),
+        };
+        let answered = answered.map(str::to_string);
+        let unit = if self.is_postgres() {
+            Self::pg_reserve(
+                reservation,
+                emails,
+                now,
+                lease_until,
+                (state, &answered, completed_at),
+            )
+        } else {
+            let key = reservation.map(|r| {
+                Step::rows(
+                    RESERVE_KEY,
+                    params![
+                        r.tenant_id,
+                        &r.scope,
+                        &r.key,
+                        &r.body_hash,
+                        state.as_str(),
+                        email_ids(emails),
+                        &answered,
+                        lease_until,
+                        now,
+                        completed_at,
+                        r.replay_cutoff
+                    ],
+                )
+                .stop_if_zero()
+            });
+            let rows = emails.iter().map(|e| {
+                let (status, lease) = match e.scheduled_at {
+                    Some(_) => (EmailStatus::Scheduled, None),
+                    None => (EmailStatus::Sending, Some(lease_until)),
+                };
+                Step::rows(
+                    INSERT_EMAIL,
+                    params![
+                        e.id,
+                        e.tenant_id,
+                        e.api_key_id,
+                        status.as_str(),
+                        &e.from_addr,
+                        &e.to_addrs,
+                        &e.subject,
+                        &e.payload,
+                        &e.message_id,
+                        e.scheduled_at,
+                        e.batch_id,
+                        lease,
+                        now
+                    ],
+                )
+            });
+            Unit::new(key.into_iter().chain(rows).collect())
+        };
+        match (self.write(unit).await?, reservation) {
+            (Ran::Stopped(_), Some(r)) => self.taken(r).await,
+            _ => Ok(Reserved::Fresh),
+        }
+    }
+
+    /// PostgreSQL's `reserve_and_store`: one statement.
+    fn pg_reserve(
+        reservation: Option<&Reservation>,
+        emails: &[NewEmail],
+        now: i64,
+        lease_until: i64,
+        (state, answered, completed_at): (KeyState, &Option<String>, Option<i64>),
+    ) -> Unit {
+        let column = |f: fn(&NewEmail) -> &String| -> Vec<String> {
+            emails.iter().map(|e| f(e).clone()).collect()
+        };
+        let mut values = params![
+            lease_until,
+            now,
+            emails.iter().map(|e| e.id).collect::<Vec<_>>(),
+            emails.iter().map(|e| e.tenant_id).collect::<Vec<_>>(),
+            emails.iter().map(|e| e.api_key_id).collect::<Vec<_>>(),
+            column(|e| &e.from_addr),
+            column(|e| &e.to_addrs),
+            column(|e| &e.subject),
+            column(|e| &e.payload),
+            column(|e| &e.message_id),
+            emails.iter().map(|e| e.scheduled_at).collect::<Vec<_>>(),
+            emails.iter().map(|e| e.batch_id).collect::<Vec<_>>()
+        ];
+        match reservation {
+            None => Unit::one(Step::rows(PG_INSERT_EMAILS, values)),
+            Some(r) => {
+                values.extend(params![
+                    r.tenant_id,
+                    &r.scope,
+                    &r.key,
+                    &r.body_hash,
+                    email_ids(emails),
+                    r.replay_cutoff,
+                    state.as_str(),
+                    answered,
+                    completed_at
+                ]);
+                Unit::one(Step::value(PG_RESERVE_AND_INSERT_EMAILS, values).stop_if_zero())
+            }
+        }
+    }
+
+    /// What holds a key that could not be reserved. Keys are never deleted,
+    /// so the row exists; it may have moved on since, which is as if this
+    /// request had come a moment later.
+    async fn taken(&self, r: &Reservation) -> Result<Reserved, Error> {
+        let record: Option<KeyRecord> = on_db!(self, pool => {
+            sqlx::query_as(
+                "SELECT body_hash, state, email_ids, outcome, lease_until FROM idempotency_keys \
+                 WHERE tenant_id = $1 AND scope = $2 AND idem_key = $3",
+            )
+            .bind(r.tenant_id)
+            .bind(&r.scope)
+            .bind(&r.key)
+            .fetch_optional(pool)
+            .await?
+        });
+        record
+            .map(Reserved::Taken)
+            .ok_or_else(|| Error::StoredDataInvalid {
+                detail: format!(
+                    "idempotency key `{}` refused a reservation but is not stored",
+                    r.key
+                ),
+            })
+    }
+
+    /// Records the result of a handoff: the emails' final states and, when a
+    /// key was reserved, its state (`completed` or `unknown`) and the outcome
+    /// to replay, in one unit. A row the sweeper already declared `unknown`
+    /// takes the definite result; anything else (an operator's
+    /// reconciliation) is left alone, nothing is written and false is
+    /// returned.
+    pub async fn finish_handoff(
+        &self,
+        updates: &[EmailUpdate],
+        key: Option<(&KeyRef, KeyState, &str)>,
+        now: i64,
+    ) -> Result<bool, Error> {
+        let unit = match (updates, key) {
+            ([u], Some((k, state, outcome))) if self.is_postgres() => Unit::one(
+                Step::value(
+                    PG_UPDATE_EMAIL_AND_KEY_OUTCOME,
+                    params![
+                        u.status.as_str(),
+                        &u.detail,
+                        now,
+                        u.id,
+                        state.as_str(),
+                        outcome,
+                        k.tenant_id,
+                        &k.scope,
+                        &k.key
+                    ],
+                )
+                .abort_if_zero(),
+            ),
+            _ => Unit::new(
+                updates
+                    .iter()
+                    .map(|u| {
+                        Step::rows(
+                            UPDATE_EMAIL_OUTCOME,
+                            params![u.status.as_str(), &u.detail, now, u.id],
+                        )
+                        .abort_if_zero()
+                    })
+                    .chain(key.map(|(k, state, outcome)| {
+                        Step::rows(
+                            UPDATE_KEY_OUTCOME,
+                            params![state.as_str(), outcome, now, k.tenant_id, &k.scope, &k.key],
+                        )
+                    }))
+                    .collect(),
+            ),
+        };
+        Ok(self.write(unit).await? != Ran::RolledBack)
+    }
+
+    /// Declares `unknown` every email whose handoff lease ran out while it was
+    /// still `sending` (its node died or stalled mid-handoff), and moves the
+    /// keys that reserved them to `unknown` with `outcome`. Nothing is resent.
+    pub async fn expire_abandoned_handoffs(&self, now: i64, outcome: &str) -> Result<u64, Error> {
+        let ran = self
+            .write(Unit::new(vec![
+                Step::rows(
+                    "UPDATE emails SET status = 'unknown', revision = revision + 1, lease_until = NULL, updated_at = $1, \
+                     handoff_detail = 'the handoff did not finish before its lease ran out (node stopped or stalled)' \
+                     WHERE status = 'sending' AND lease_until < $1",
+                    params![now],
+                ),
+                Step::rows(
+                    "UPDATE idempotency_keys SET state = 'unknown', outcome = $1, completed_at = $2 \
+                     WHERE state = 'in_flight' AND lease_until < $2",
+                    params![outcome, now],
+                ),
+            ]))
+            .await?;
+        Ok(match ran {
+            Ran::Committed(yields) => yields.first().copied().unwrap_or(0) as u64,
+            _ => 0,
+        })
+    }
+
+    pub async fn email(&self, tenant_id: i64, id: i64) -> Result<Option<StoredEmail>, Error> {
+        Ok(on_db!(self, pool => {
+            sqlx::query_as(select_email!("WHERE id = $1 AND tenant_id = $2"))
+                .bind(id)
+                .bind(tenant_id)
+                .fetch_optional(pool)
+                .await?
+        }))
+    }
+
+    /// The tenant's emails, newest first; at most `filter.limit` rows.
+    pub async fn list_emails(
+        &self,
+        tenant_id: i64,
+        filter: &EmailFilter,
+    ) -> Result<Vec<StoredEmail>, Error> {
+        Ok(on_db!(self, pool => {
+            sqlx::query_as(select_email!(
+                "WHERE tenant_id = $1 AND ($2 IS NULL OR id < $2) AND ($3 IS NULL OR status = $3) \
+                 ORDER BY id DESC LIMIT $4"
+            ))
+            .bind(tenant_id)
+            .bind(filter.before_id)
+            .bind(filter.status.map(EmailStatus::as_str))
+            .bind(filter.limit)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
+    // ---- scheduled emails -------------------------------------------------
+
+    /// Moves a `scheduled` email at `revision` to `at`. Exactly one of a
+    /// reschedule, a cancel and the scheduler's claim changes a given
+    /// revision: each is one conditional statement on the row.
+    pub async fn reschedule(
+        &self,
+        tenant_id: i64,
+        id: i64,
+        revision: i64,
+        at: i64,
+        now: i64,
+    ) -> Result<Change, Error> {
+        let new_revision = self
+            .write_one(Step::value(
+                "UPDATE emails SET scheduled_at = $1, revision = revision + 1, updated_at = $2 \
+                 WHERE id = $3 AND tenant_id = $4 AND status = 'scheduled' AND revision = $5 RETURNING revision",
+                params![at, now, id, tenant_id, revision],
+            ))
+            .await?;
+        Ok(Change::from_revision(new_revision))
+    }
+
+    /// Cancels a `scheduled` email (at `revision`, when given): it is never
+    /// handed off.
+    pub async fn cancel(
+        &self,
+        tenant_id: i64,
+        id: i64,
+        revision: Option<i64>,
+        now: i64,
+    ) -> Result<Change, Error> {
+        let new_revision = self
+            .write_one(Step::value(
+                "UPDATE emails SET status = 'canceled', revision = revision + 1, updated_at = $1, \
+                 handoff_detail = 'canceled before it was due; it was not sent' \
+                 WHERE id = $2 AND tenant_id = $3 AND status = 'scheduled' \
+                 AND (CAST($4 AS BIGINT) IS NULL OR revision = $4) RETURNING revision",
+                params![now, id, tenant_id, revision],
+            ))
+            .await?;
+        Ok(Change::from_revision(new_revision))
+    }
+
+    /// Claims up to `limit` emails due at `now` (earliest due first) for one
+    /// handoff each: they become `sending` with `lease_until` and carry the
+    /// claim's id, by which `claimed` reads them. On PostgreSQL rows another
+    /// node is claiming are skipped (`FOR UPDATE SKIP LOCKED`); on SQLite
+    /// the single writer serializes claims. Returns how many were claimed.
+    pub async fn claim_due(
+        &self,
+        claim: i64,
+        now: i64,
+        lease_until: i64,
+        limit: i64,
+    ) -> Result<u64, Error> {
+        let sql = if self.is_postgres() {
+            "WITH due AS (SELECT id FROM emails WHERE status = 'scheduled' AND scheduled_at <= $3 \
+               ORDER BY scheduled_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
+             UPDATE emails SET status = 'sending', claim = $1, lease_until = $2, revision = emails.revision + 1, updated_at = $3 \
+             FROM due WHERE emails.id = due.id"
+        } else {
+            "UPDATE emails SET status = 'sending', claim = $1, lease_until = $2, revision = revision + 1, updated_at = $3 \
+             WHERE id IN (SELECT id FROM emails WHERE status = 'scheduled' AND scheduled_at <= $3 \
+               ORDER BY scheduled_at LIMIT $4)"
+        };
+        let claimed = self
+            .write_one(Step::rows(sql, params![claim, lease_until, now, limit]))
+            .await?;
+        Ok(claimed as u64)
+    }
+
+    /// The emails a claim took that are still `sending`.
+    pub async fn claimed(&self, claim: i64) -> Result<Vec<ClaimedEmail>, Error> {
+        Ok(on_db!(self, pool => {
+            sqlx::query_as(
+                "SELECT id, payload, message_id, scheduled_at FROM emails \
+                 WHERE claim = $1 AND status = 'sending' ORDER BY scheduled_at",
+            )
+            .bind(claim)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
+    /// When the next scheduled email is due, if one is waiting.
+    pub async fn next_due(&self) -> Result<Option<i64>, Error> {
+        Ok(on_db!(self, pool => {
+            sqlx::query_scalar("SELECT min(scheduled_at) FROM emails WHERE status = 'scheduled'")
+                .fetch_one(pool)
+                .await?
+        }))
+    }
+
+    /// Operator reconciliation of an `unknown` handoff: sets the email to
+    /// `status` and completes the key that reserved it, which from then on
+    /// replays its recorded answer. Returns false when the email is not
+    /// `unknown`.
+    pub async fn reconcile(
+        &self,
+        email_id: i64,
+        status: EmailStatus,
+        detail: &str,
+        now: i64,
+    ) -> Result<bool, Error> {
+        let ran = self
+            .write(Unit::new(vec![
+                Step::rows(
+                    "UPDATE emails SET status = $1, handoff_detail = $2, revision = revision + 1, updated_at = $3 \
+                     WHERE id = $4 AND status = 'unknown'",
+                    params![status.as_str(), detail, now, email_id],
+                )
+                .abort_if_zero(),
+                Step::rows(RELEASE_KEYS_OF_EMAIL, params![now, email_id.to_string()]),
+            ]))
+            .await?;
+        Ok(ran != Ran::RolledBack)
+    }
+}
+
+/// The JSON list of the emails' ids, as stored with their reservation.
+fn email_ids(emails: &[NewEmail]) -> String {
+    let ids: Vec<String> = emails.iter().map(|e| e.id.to_string()).collect();
+    format!("[{}]", ids.join(","))
+}
+
+impl Change {
+    /// What a conditional `UPDATE ... RETURNING revision` yielded.
+    fn from_revision(yielded: i64) -> Change {
+        if yielded == 0 {
+            Change::Refused
+        } else {
+            Change::Done(yielded)
+        }
+    }
+}
