@@ -88,12 +88,16 @@ mod account;
 mod email;
 mod records;
 mod schedule;
+mod suppression;
 
 pub use account::{ApiKey, Permission, Principal, Tenant};
 pub use email::*;
 pub use records::{EmailStatus, JsonText, KeyState, RequestLog, StoredEmail};
 pub use schedule::{
     MAX_SCHEDULE_AHEAD_MS, SCHEDULE_PAST_TOLERANCE_MS, check_schedule_window, parse_scheduled_at,
+};
+pub use suppression::{
+    MAX_SUPPRESSION_REASON_CHARS, Suppression, normalize_address, normalized, validate_reason,
 };
 
 /// A stored or given text that names no value of its enum.

@@ -69,6 +69,9 @@ pub enum Handoff {
     Accepted,
     Rejected(String),
     Unknown(String),
+    /// Never reached the transport: every recipient is on the tenant's
+    /// suppression list (decided by the service before the handoff).
+    Suppressed(String),
 }
 
 /// What the transport needs besides the validated email.

@@ -87,7 +87,7 @@ async fn error_body_on_every_path(b: Backend) {
         ("PUT", "/emails/1", Some(app.full_key.as_str())),
         ("POST", "/domains/1/verify", Some(app.full_key.as_str())),
         ("GET", "/analytics", Some(app.full_key.as_str())),
-        ("POST", "/suppressions", None),
+        ("PUT", "/suppressions", Some(app.full_key.as_str())),
         ("GET", "/v1/nope", None),
     ];
     for (method, path, key) in cases {
@@ -286,7 +286,9 @@ async fn openapi_document_matches_the_routes(b: Backend) {
             "/emails/{id}",
             "/emails/{id}/cancel",
             "/logs",
-            "/logs/{id}"
+            "/logs/{id}",
+            "/suppressions",
+            "/suppressions/{email_or_id}"
         ]
     );
     // Every documented operation exists (it asks for a key, it is not 404).

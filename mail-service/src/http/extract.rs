@@ -11,7 +11,9 @@ use crate::error::Error;
 use crate::id::{ID_PATTERN, ParsedId, parse_id};
 use crate::model::MAX_BODY_BYTES;
 use crate::model::Permission;
-use crate::service::{BatchValidation, Caller, EmailQuery, IdempotencyKey, IfMatch, LogQuery};
+use crate::service::{
+    BatchValidation, Caller, EmailQuery, IdempotencyKey, IfMatch, LogQuery, SuppressionQuery,
+};
 
 use super::{AuthState, RequestId};
 
@@ -158,6 +160,35 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
             }),
             ParsedId::Invalid => Err(Error::validation("id", format!("must match {ID_PATTERN}"))),
         }
+    }
+}
+
+/// A path segment that is an address or an ID (`{email_or_id}`), percent-
+/// decoded.
+pub struct KeyPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for KeyPath {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let Path(segment) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| Error::validation("path", "is not a valid path segment"))?;
+        Ok(KeyPath(segment))
+    }
+}
+
+/// The query of `GET /suppressions`: `limit`, `cursor`.
+pub struct SuppressionQueryParams(pub SuppressionQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for SuppressionQueryParams {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        let mut query = SuppressionQuery::default();
+        read_query(
+            parts,
+            &mut [("limit", &mut query.limit), ("cursor", &mut query.cursor)],
+        )?;
+        Ok(SuppressionQueryParams(query))
     }
 }
 

@@ -55,12 +55,13 @@ pub struct EmailSummary {
     /// Always `email`.
     pub object: &'static str,
     pub id: String,
-    /// `scheduled`, `sending`, `sent`, `failed`, `unknown` or `canceled`.
+    /// `scheduled`, `sending`, `sent`, `failed`, `unknown`, `canceled` or
+    /// `suppressed`.
     #[schema(value_type = String)]
     pub status: EmailStatus,
     /// `status` in Resend's vocabulary: `scheduled`, `queued` (`sending`,
     /// or `unknown`: accepted, outcome not known), `sent`, `failed`,
-    /// `canceled`.
+    /// `canceled`, `suppressed`.
     pub last_event: &'static str,
     /// When it is due (RFC 3339, UTC), for a scheduled email.
     pub scheduled_at: Option<String>,
@@ -77,6 +78,9 @@ pub struct EmailSummary {
     pub message_id: String,
     /// Why the handoff failed or is unknown.
     pub handoff_detail: Option<String>,
+    /// Recipients removed at the handoff because they were on the
+    /// suppression list (normalised addresses); empty when none were.
+    pub suppressed_recipients: Vec<String>,
     pub created_at: String,
     pub updated_at: String,
 }
@@ -260,6 +264,7 @@ fn email_summary(email: StoredEmail) -> EmailSummary {
         subject: message.subject,
         message_id: email.message_id,
         handoff_detail: email.handoff_detail,
+        suppressed_recipients: email.suppressed_recipients.map(|l| l.0).unwrap_or_default(),
         created_at: rfc3339(email.created_at),
         updated_at: rfc3339(email.updated_at),
     }
@@ -271,7 +276,7 @@ fn email_summary(email: StoredEmail) -> EmailSummary {
         ("limit" = Option<i64>, Query, description = "1 to 100, default 20"),
         ("cursor" = Option<String>, Query, description = "nextCursor of the previous page, at most 200 characters"),
         ("after" = Option<String>, Query, description = "An email id (Resend's pagination): the page continues after it, older emails; not with cursor"),
-        ("status" = Option<String>, Query, description = "scheduled, sending, sent, failed, unknown or canceled"),
+        ("status" = Option<String>, Query, description = "scheduled, sending, sent, failed, unknown, canceled or suppressed"),
     ),
     responses(
         (status = 200, body = List<EmailSummary>),

@@ -6,6 +6,7 @@ pub mod error;
 mod extract;
 mod handlers;
 pub mod openapi;
+mod suppressions;
 
 use std::time::Instant;
 
@@ -52,6 +53,14 @@ pub fn router(service: MailService) -> Router {
         .route("/emails/{id}/cancel", post(handlers::cancel_email))
         .route("/logs", get(handlers::list_logs))
         .route("/logs/{id}", get(handlers::get_log))
+        .route(
+            "/suppressions",
+            post(suppressions::add_suppression).get(suppressions::list_suppressions),
+        )
+        .route(
+            "/suppressions/{email_or_id}",
+            get(suppressions::get_suppression).delete(suppressions::delete_suppression),
+        )
         .method_not_allowed_fallback(handlers::not_found);
     Router::new()
         .merge(api.clone())

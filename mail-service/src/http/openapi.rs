@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, IdEntry};
-use super::handlers;
+use super::{handlers, suppressions};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,6 +20,10 @@ use super::handlers;
         handlers::cancel_email,
         handlers::list_logs,
         handlers::get_log,
+        suppressions::add_suppression,
+        suppressions::list_suppressions,
+        suppressions::get_suppression,
+        suppressions::delete_suppression,
     ),
     components(schemas(
         crate::model::EmailPayload,
@@ -37,6 +41,10 @@ use super::handlers;
         crate::model::Reschedule,
         handlers::LogEntry,
         handlers::List<handlers::LogEntry>,
+        suppressions::NewSuppression,
+        suppressions::SuppressionEntry,
+        suppressions::SuppressionDeleted,
+        handlers::List<suppressions::SuppressionEntry>,
         ErrorBody,
         IdEntry,
     )),

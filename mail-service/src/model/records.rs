@@ -23,6 +23,9 @@ text_enum!(
         /// Not sent: canceled while scheduled, or a batch item after one
         /// that failed.
         Canceled = "canceled",
+        /// Not handed off: every recipient was on the tenant's suppression
+        /// list when its handoff was due.
+        Suppressed = "suppressed",
     }
 );
 
@@ -37,6 +40,7 @@ impl EmailStatus {
             EmailStatus::Sent => "sent",
             EmailStatus::Failed => "failed",
             EmailStatus::Canceled => "canceled",
+            EmailStatus::Suppressed => "suppressed",
         }
     }
 }
@@ -81,6 +85,8 @@ pub struct StoredEmail {
     pub scheduled_at: Option<i64>,
     /// The batch it was accepted in, for a batch answered 202.
     pub batch_id: Option<i64>,
+    /// Recipients removed at the handoff because they were suppressed.
+    pub suppressed_recipients: Option<JsonText<Vec<String>>>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -114,7 +120,7 @@ mod tests {
         }
         assert_eq!(
             "delivered".parse::<EmailStatus>().unwrap_err().to_string(),
-            "unknown email status `delivered` (expected one of: scheduled, sending, sent, failed, unknown, canceled)"
+            "unknown email status `delivered` (expected one of: scheduled, sending, sent, failed, unknown, canceled, suppressed)"
         );
         assert!("".parse::<KeyState>().is_err());
     }

@@ -1,7 +1,8 @@
 //! The service layer: sending with a safe handoff, idempotency, rate limits,
 //! request logs and the operator actions. It knows nothing about HTTP; the
 //! HTTP layer and the CLI both call it. One file per subject: `auth`
-//! (API keys and the rate limit), `send` (emails and idempotency), `logs`,
+//! (API keys and the rate limit), `send` (emails and idempotency),
+//! `suppressions` (the list and the screening at handoff), `logs`,
 //! `admin` (operator actions and the sweep).
 
 mod admin;
@@ -11,6 +12,7 @@ mod page;
 mod schedule;
 mod scheduler;
 mod send;
+mod suppressions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +30,7 @@ pub use page::{MAX_CURSOR_CHARS, MAX_PAGE_LIMIT, Page, PageRequest};
 pub use schedule::{Canceled, EmailQuery, IfMatch, Rescheduled};
 pub use scheduler::Scheduler;
 pub use send::{BatchSent, BatchValidation, IdempotencyKey, ItemError, Sent, body_hash};
+pub use suppressions::SuppressionQuery;
 
 pub const DEFAULT_RATE_LIMIT: i64 = 120;
 

@@ -237,6 +237,7 @@ impl MailService {
             EmailStatus::Failed => "its handoff failed",
             EmailStatus::Unknown => "its handoff has an unknown outcome",
             EmailStatus::Canceled => "it was canceled",
+            EmailStatus::Suppressed => "every recipient was suppressed at its handoff",
         };
         Error::NotScheduled {
             email_id: id.to_string(),

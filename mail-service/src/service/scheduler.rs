@@ -57,10 +57,14 @@ impl MailService {
                     "the stored message no longer passes validation ({e}); it was not sent"
                 )),
             ),
-            Ok(valid) => match self.hand_off(&valid, email.id, &email.message_id).await {
+            Ok(valid) => match self
+                .hand_off(email.tenant_id, &valid, email.id, &email.message_id)
+                .await
+            {
                 Handoff::Accepted => (EmailStatus::Sent, None),
                 Handoff::Rejected(detail) => (EmailStatus::Failed, Some(detail)),
                 Handoff::Unknown(detail) => (EmailStatus::Unknown, Some(detail)),
+                Handoff::Suppressed(detail) => (EmailStatus::Suppressed, Some(detail)),
             },
         };
         let recorded = self

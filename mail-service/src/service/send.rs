@@ -10,6 +10,7 @@ use crate::model::{self, EmailStatus, KeyState, MAX_BATCH, StoredEmail, Validate
 use crate::store::{EmailUpdate, KeyRecord, KeyRef, NewEmail, Reservation, Reserved};
 use crate::transport::{self, Handoff};
 
+use super::suppressions::Screened;
 use super::{Caller, MailService};
 
 /// The scope of a key: tenant + method + path.
@@ -149,12 +150,25 @@ impl MailService {
             return Ok(sent);
         }
         let key_ref = reservation.as_ref().map(key_ref);
-        let result = self.hand_off(&email, id, &new.message_id).await;
+        let result = self
+            .hand_off(caller.principal.tenant_id, &email, id, &new.message_id)
+            .await;
         let now = self.clock.now_ms();
         let (status, detail, state, answer) = match result {
             Handoff::Accepted => (
                 EmailStatus::Sent,
                 None,
+                KeyState::Completed,
+                Ok(Sent {
+                    id: id.to_string(),
+                    revision: 2,
+                }),
+            ),
+            // Accepted, and deliberately not handed off: answered as sent
+            // (the email exists, with status `suppressed`).
+            Handoff::Suppressed(detail) => (
+                EmailStatus::Suppressed,
+                Some(detail),
                 KeyState::Completed,
                 Ok(Sent {
                     id: id.to_string(),
@@ -298,14 +312,19 @@ impl MailService {
         let request_id = caller.request_id.to_string();
         let mut sent_ids = Vec::new();
         for (position, ((index, email), new)) in valid.iter().zip(&news).enumerate() {
-            let result = self.hand_off(email, new.id, &new.message_id).await;
+            let result = self
+                .hand_off(caller.principal.tenant_id, email, new.id, &new.message_id)
+                .await;
             let now = self.clock.now_ms();
             let (status, detail, unknown) = match result {
-                Handoff::Accepted => {
-                    let recorded = self
-                        .store
-                        .finish_handoff(&[update(new.id, EmailStatus::Sent, None)], None, now)
-                        .await;
+                Handoff::Accepted | Handoff::Suppressed(_) => {
+                    let done = match result {
+                        Handoff::Suppressed(detail) => {
+                            update(new.id, EmailStatus::Suppressed, Some(detail))
+                        }
+                        _ => update(new.id, EmailStatus::Sent, None),
+                    };
+                    let recorded = self.store.finish_handoff(&[done], None, now).await;
                     if recorded.is_ok() {
                         sent_ids.push(new.id.to_string());
                         continue;
@@ -459,12 +478,43 @@ impl MailService {
         Err(Error::IdempotencyInFlight)
     }
 
+    /// Screens the recipients against the tenant's suppression list, then
+    /// hands the email with the remaining ones to the transport. The
+    /// recipients removed are recorded on the email first; when none
+    /// remain nothing is handed off. A list that cannot be read or a
+    /// removal that cannot be recorded stops the handoff (not sent).
     pub(super) async fn hand_off(
         &self,
+        tenant_id: i64,
         email: &ValidatedEmail,
         id: i64,
         message_id: &str,
     ) -> Handoff {
+        let not_sent = |e: Error| {
+            Handoff::Rejected(format!(
+                "not sent: the suppression list could not be checked ({e})"
+            ))
+        };
+        let remaining = match self.screen(tenant_id, email).await {
+            Err(e) => return not_sent(e),
+            Ok(Screened::Clear) => None,
+            Ok(Screened::Some(remaining, dropped)) => {
+                if let Err(e) = self.store.record_suppressed_recipients(id, &dropped).await {
+                    return not_sent(e);
+                }
+                Some(remaining)
+            }
+            Ok(Screened::All(dropped)) => {
+                if let Err(e) = self.store.record_suppressed_recipients(id, &dropped).await {
+                    return not_sent(e);
+                }
+                return Handoff::Suppressed(format!(
+                    "not sent: every recipient is on the suppression list ({})",
+                    dropped.join(", ")
+                ));
+            }
+        };
+        let email = remaining.as_ref().unwrap_or(email);
         let envelope = transport::Envelope {
             email_id: id,
             message_id,

@@ -6,7 +6,7 @@ use super::*;
 macro_rules! select_email {
     ($rest:literal) => {
         concat!(
-            "SELECT id, status, revision, payload, message_id, handoff_detail, scheduled_at, batch_id, created_at, updated_at FROM emails ",
+            "SELECT id, status, revision, payload, message_id, handoff_detail, scheduled_at, batch_id, suppressed_recipients, created_at, updated_at FROM emails ",
             $rest
         )
     };
@@ -422,7 +422,7 @@ impl Store {
     pub async fn claimed(&self, claim: i64) -> Result<Vec<ClaimedEmail>, Error> {
         Ok(on_db!(self, pool => {
             sqlx::query_as(
-                "SELECT id, payload, message_id, scheduled_at FROM emails \
+                "SELECT id, tenant_id, payload, message_id, scheduled_at FROM emails \
                  WHERE claim = $1 AND status = 'sending' ORDER BY scheduled_at",
             )
             .bind(claim)

@@ -107,6 +107,7 @@ macro_rules! on_db {
 mod accounts;
 mod emails;
 mod logs;
+mod suppressions;
 
 impl Store {
     /// Opens the database and applies pending migrations.

@@ -24,6 +24,7 @@ pub struct NewEmail {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedEmail {
     pub id: i64,
+    pub tenant_id: i64,
     pub payload: JsonText<EmailPayload>,
     pub message_id: String,
     pub scheduled_at: Option<i64>,
