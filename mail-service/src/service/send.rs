@@ -514,7 +514,7 @@ impl MailService {
                 ));
             }
         };
-        let email = remaining.as_ref().unwrap_or(email);
+        let email = remaining.as_deref().unwrap_or(email);
         let envelope = transport::Envelope {
             email_id: id,
             message_id,

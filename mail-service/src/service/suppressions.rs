@@ -22,7 +22,7 @@ pub(super) enum Screened {
     /// No recipient is suppressed.
     Clear,
     /// Some were removed (normalised addresses); the rest remain.
-    Some(ValidatedEmail, Vec<String>),
+    Some(Box<ValidatedEmail>, Vec<String>),
     /// Every recipient is suppressed (normalised addresses).
     All(Vec<String>),
 }
@@ -156,7 +156,7 @@ impl MailService {
         if remaining.to.is_empty() && remaining.cc.is_empty() && remaining.bcc.is_empty() {
             Ok(Screened::All(dropped))
         } else {
-            Ok(Screened::Some(remaining, dropped))
+            Ok(Screened::Some(Box::new(remaining), dropped))
         }
     }
 }
