@@ -7,7 +7,9 @@
 //! is not a module (the root only re-exports; naming the defining module
 //! keeps the rule checkable). A file of a module that is in no layer fails
 //! too, so a new module has to be placed. `main.rs` is a crate of its own
-//! (the CLI) and uses the library's public API only.
+//! (the CLI) and uses the library's public API only; the modules it
+//! declares (`mod cli;` → `cli/…`) belong to that crate, not to a layer,
+//! and a module declared by both roots fails.
 
 use std::path::{Path, PathBuf};
 
@@ -114,12 +116,36 @@ pub fn read_tree(src: &Path) -> Result<Vec<(PathBuf, String)>> {
 /// The violations in `files` (paths relative to `src`).
 pub fn check(files: &[(PathBuf, String)]) -> Vec<Violation> {
     let mut violations = Vec::new();
+    let declared_by = |root: &str| {
+        files
+            .iter()
+            .find(|(file, _)| file == Path::new(root))
+            .map(|(_, text)| declared_modules(text))
+            .unwrap_or_default()
+    };
+    let library = declared_by("lib.rs");
+    let binary = declared_by("main.rs");
     for (file, text) in files {
         if ROOTS.iter().any(|root| file == Path::new(root)) {
             continue;
         }
         let module_path = module_path(file);
         let own = module_path[0].clone();
+        if binary.contains(&own) {
+            if library.contains(&own) {
+                violations.push(Violation {
+                    file: file.clone(),
+                    line: 1,
+                    message: format!(
+                        "module `{own}` is declared by both lib.rs and main.rs; \
+                         a CLI module belongs to main.rs only"
+                    ),
+                });
+            }
+            // A module of the CLI crate: it reaches the library by its
+            // public API (`host_sim::…`), and `crate::` names the CLI.
+            continue;
+        }
         let Some(own_layer) = layer_of(&own) else {
             violations.push(Violation {
                 file: file.clone(),
@@ -154,6 +180,22 @@ pub fn check(files: &[(PathBuf, String)]) -> Vec<Violation> {
         }
     }
     violations
+}
+
+/// The modules a crate root declares from files: `mod name;`.
+fn declared_modules(text: &str) -> Vec<String> {
+    let tokens = tokens(text);
+    tokens
+        .windows(3)
+        .filter_map(|window| match window {
+            [
+                (_, Token::Ident(keyword)),
+                (_, Token::Ident(name)),
+                (_, Token::Punct(';')),
+            ] if keyword == "mod" => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The module path of a file: `state/access.rs` → [state, access],
@@ -502,6 +544,33 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:#?}");
         assert!(found[0].contains("`cache` is in no layer"));
         assert!(found[1].contains("`crate::Host`, which is not a module"));
+    }
+
+    #[test]
+    fn modules_of_the_cli_crate_are_in_no_layer_and_not_in_the_library() {
+        let found = messages(&[
+            file("main.rs", "mod cli;\nuse host_sim::Host;\n"),
+            file("lib.rs", "pub mod state;\n"),
+            file("cli/mod.rs", "pub(crate) mod tracking;\n"),
+            file(
+                "cli/tracking.rs",
+                "use crate::cli::x;\nuse crate::CliError;\n",
+            ),
+            file("state/mod.rs", ""),
+        ]);
+        assert!(found.is_empty(), "{found:#?}");
+        let both = messages(&[
+            file("main.rs", "mod cli;\n"),
+            file("lib.rs", "mod cli;\n"),
+            file("cli/mod.rs", ""),
+        ]);
+        assert_eq!(both.len(), 1, "{both:#?}");
+        assert!(both[0].contains("declared by both lib.rs and main.rs"));
+        let undeclared = messages(&[file("main.rs", ""), file("cli/mod.rs", "")]);
+        assert!(
+            undeclared[0].contains("`cli` is in no layer"),
+            "{undeclared:#?}"
+        );
     }
 
     #[test]

@@ -1,0 +1,267 @@
+//! `serve` and `dev`: the HTTP surfaces until Ctrl-C, on the operator's
+//! state or on a throwaway development state.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use host_sim::{AuthStyle, Host, HostConfig, HostError, Secret};
+
+use crate::cli::operator::read_secret;
+use crate::{CliError, exit};
+
+#[derive(Args)]
+pub(crate) struct DevArgs {
+    /// The extension's manifest.toml, as written (no signature needed).
+    #[arg(long)]
+    manifest: PathBuf,
+    /// The built component, e.g. target/wasm32-wasip1/release/NAME.wasm.
+    #[arg(long)]
+    component: PathBuf,
+    /// A binding of the dev project, repeatable:
+    /// NAME=ORIGIN[,secret-file=F][,auth=bearer|x-umami-api-key][,timeout-ms=N].
+    /// Without secret-file the host sends a random placeholder secret.
+    #[arg(long = "binding", value_parser = parse_dev_binding)]
+    bindings: Vec<DevBinding>,
+    /// The project the build is granted to.
+    #[arg(long, default_value = "dev")]
+    project: String,
+    /// Address to listen on (port 0 picks a free port; the first line on stdout names it).
+    #[arg(long, env = "HOST_SIM_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: std::net::SocketAddr,
+    /// How often to look for a new build, in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    poll_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+struct DevBinding {
+    name: String,
+    origin: String,
+    secret_file: Option<PathBuf>,
+    auth: AuthStyle,
+    timeout: Duration,
+}
+
+fn parse_dev_binding(text: &str) -> Result<DevBinding, String> {
+    let mut parts = text.split(',');
+    let first = parts.next().unwrap_or_default();
+    let (name, origin) = first
+        .split_once('=')
+        .filter(|(name, origin)| !name.is_empty() && !origin.is_empty())
+        .ok_or_else(|| format!("`{first}` is not NAME=ORIGIN"))?;
+    let mut binding = DevBinding {
+        name: name.to_owned(),
+        origin: origin.to_owned(),
+        secret_file: None,
+        auth: AuthStyle::Bearer,
+        timeout: Duration::from_secs(5),
+    };
+    for option in parts {
+        match option.split_once('=') {
+            Some(("secret-file", path)) if !path.is_empty() => {
+                binding.secret_file = Some(PathBuf::from(path));
+            }
+            Some(("auth", "bearer")) => binding.auth = AuthStyle::Bearer,
+            Some(("auth", "x-umami-api-key")) => binding.auth = AuthStyle::UmamiApiKey,
+            Some(("timeout-ms", ms)) => {
+                let ms: u64 = ms
+                    .parse()
+                    .map_err(|_| format!("timeout-ms=`{ms}` is not a number of milliseconds"))?;
+                binding.timeout = Duration::from_millis(ms);
+            }
+            _ => {
+                return Err(format!(
+                    "`{option}` is not one of secret-file=F, auth=bearer|x-umami-api-key, timeout-ms=N"
+                ));
+            }
+        }
+    }
+    Ok(binding)
+}
+
+/// `dev`: the build in a throwaway development state, served until Ctrl-C,
+/// reloaded when it changes.
+pub(crate) fn dev(args: DevArgs) -> Result<ExitCode, CliError> {
+    let secrets = args
+        .bindings
+        .iter()
+        .map(|binding| match &binding.secret_file {
+            Some(path) => read_secret(None, Some(path.as_path())).map_err(|e| match e {
+                CliError::Usage(message) => {
+                    CliError::Usage(format!("--binding {}: {message}", binding.name))
+                }
+                other => other,
+            }),
+            None => Ok(Secret::new(format!(
+                "dev-placeholder-{}",
+                uuid::Uuid::new_v4().simple()
+            ))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let scratch = tempfile::Builder::new()
+        .prefix("host-sim-dev-")
+        .tempdir()
+        .map_err(|e| CliError::Usage(format!("cannot create the development state: {e}")))?;
+    let host = std::sync::Arc::new(
+        Host::open(HostConfig::development(scratch.path().join("state")))
+            .map_err(CliError::Host)?,
+    );
+    let build = host_sim::dev::DevBuild {
+        manifest: args.manifest.clone(),
+        component: args.component.clone(),
+    };
+    let installed = build.install(&host).map_err(|e| match e {
+        host_sim::dev::DevError::Install(e) => CliError::Host(HostError::Install(e)),
+        read => CliError::Usage(read.to_string()),
+    })?;
+    let extension = installed.extension_id.clone();
+    host.grant(&extension, &args.project)?;
+    for (binding, secret) in args.bindings.iter().zip(secrets) {
+        host.set_binding(
+            &args.project,
+            &binding.name,
+            &binding.origin,
+            secret,
+            binding.auth,
+            binding.timeout,
+        )?;
+    }
+    let token = host
+        .issue_token(
+            "developer",
+            std::slice::from_ref(&args.project),
+            Duration::from_secs(7 * 86400),
+        )?
+        .token;
+    let generation = host.generation(&extension, &args.project)?;
+    eprintln!(
+        "✓ running {extension} {} (development build, unsigned) in {}, generation {generation}",
+        installed.version,
+        scratch.path().display()
+    );
+    let watched = host.clone();
+    let project = args.project.clone();
+    let watcher = host_sim::dev::watch(
+        host.clone(),
+        build,
+        Duration::from_millis(args.poll_ms.max(10)),
+        move |reload| match reload {
+            host_sim::dev::Reload::Installed(summary) => {
+                let generation = watched
+                    .generation(&summary.extension_id, &project)
+                    .unwrap_or_default();
+                println!("reloaded generation {generation}");
+                let _ = std::io::stdout().flush();
+                eprintln!(
+                    "✓ reloaded {} {}: generation {generation}",
+                    summary.extension_id, summary.version
+                );
+            }
+            host_sim::dev::Reload::Failed(error) => {
+                println!("reload failed");
+                let _ = std::io::stdout().flush();
+                eprintln!("✗ the new build was refused, the previous one keeps running: {error}");
+            }
+        },
+    );
+    let banner = |base: &str| {
+        println!("token {token}");
+        println!("project {}", args.project);
+        println!("extension {extension}");
+        let _ = std::io::stdout().flush();
+        eprintln!(
+            "host-sim dev serving {extension} on {base} (development state: unsigned builds, thrown away at exit)"
+        );
+        eprintln!(
+            "  token:    {token}   (project {}, valid 7 days)",
+            args.project
+        );
+        eprintln!("  console:  {base}/console");
+        eprintln!(
+            "  API:      {base}/v1/plugins/{extension}/projects/{}/api/",
+            args.project
+        );
+        eprintln!("  MCP:      {base}/mcp");
+        eprintln!(
+            "Rebuild the component (or edit the manifest) to reload; Ctrl-C stops and removes the state."
+        );
+    };
+    let code = serve(host, args.listen, Duration::from_secs(600), &banner);
+    drop(watcher);
+    drop(scratch);
+    Ok(code)
+}
+
+/// Runs the HTTP surfaces until Ctrl-C or SIGTERM; in-flight requests
+/// finish. `banner` tells the user where, after the `listening` line.
+pub(crate) fn serve(
+    host: std::sync::Arc<Host>,
+    listen: std::net::SocketAddr,
+    panel_session_ttl: Duration,
+    banner: &dyn Fn(&str),
+) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let options = host_sim::serve::ServeOptions {
+        panel_session_ttl,
+        ..Default::default()
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(listen).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                eprintln!("error: cannot listen on {listen}: {e} (is another server using it? pick another with --listen)");
+                return ExitCode::from(exit::FAILED);
+            }
+        };
+        let address = listener.local_addr().unwrap_or(listen);
+        let base = format!("http://{address}");
+        println!("listening {base}");
+        let _ = std::io::stdout().flush();
+        banner(&base);
+        let router = host_sim::serve::router(host, options);
+        match host_sim::serve::run(listener, router, shutdown_signal()).await {
+            Ok(()) => {
+                eprintln!("host-sim stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: the server failed: {e}");
+                ExitCode::from(exit::FAILED)
+            }
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+    eprintln!("stopping: finishing in-flight requests…");
+}
