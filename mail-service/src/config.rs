@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::service::Settings;
+use crate::service::{DnsProtocol, DnsSettings, Settings};
 use crate::store::StorageConfig;
 use crate::transport::{SmtpConfig, SmtpSecurity, Transport};
 
@@ -107,6 +107,45 @@ pub struct ServeArgs {
     /// How often abandoned handoffs are swept and old rate windows dropped.
     #[arg(long, env = "MAIL_SWEEP_INTERVAL_MS", default_value_t = 30_000)]
     pub sweep_interval_ms: u64,
+    /// Nameservers domain verification asks (`IP[:PORT]`, comma-separated);
+    /// unset: the system's resolver configuration.
+    #[arg(long, env = "MAIL_DNS_NAMESERVERS", value_delimiter = ',', value_parser = parse_nameserver)]
+    pub dns_nameservers: Vec<std::net::SocketAddr>,
+    /// How the nameservers are reached.
+    #[arg(
+        long,
+        env = "MAIL_DNS_PROTOCOL",
+        value_enum,
+        default_value = "udp-and-tcp"
+    )]
+    pub dns_protocol: DnsProtocol,
+    /// Bound on one DNS lookup; past it the record is `temporary_failure`.
+    #[arg(long, env = "MAIL_DNS_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub dns_timeout_ms: u64,
+    /// The service's host in the records domains publish: SPF
+    /// `include:spf.<host>`, bounce MX `feedback-smtp.<host>`.
+    #[arg(
+        long,
+        env = "MAIL_SENDING_HOST",
+        default_value = "mail-service.example"
+    )]
+    pub sending_host: String,
+    /// How long a domain keeps being re-checked after a verify request.
+    #[arg(long, env = "MAIL_DOMAIN_VERIFY_PERIOD_MS", default_value_t = 72 * 60 * 60 * 1000)]
+    pub domain_verify_period_ms: u64,
+    /// How often a domain under verification is re-checked.
+    #[arg(long, env = "MAIL_DOMAIN_RECHECK_INTERVAL_MS", default_value_t = 5 * 60 * 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub domain_recheck_interval_ms: u64,
+}
+
+/// `IP` (port 53) or `IP:PORT`.
+fn parse_nameserver(text: &str) -> Result<std::net::SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(ip) = text.parse::<std::net::IpAddr>() {
+        return Ok(std::net::SocketAddr::new(ip, 53));
+    }
+    text.parse()
+        .map_err(|_| format!("`{text}` is not IP or IP:PORT (e.g. 192.0.2.53 or 127.0.0.1:5353)"))
 }
 
 impl ServeArgs {
@@ -134,6 +173,14 @@ impl ServeArgs {
             handoff_lease: Duration::from_millis(self.handoff_lease_ms),
             scheduler_concurrency: self.scheduler_concurrency as usize,
             scheduler_poll: Duration::from_millis(self.scheduler_poll_ms),
+            dns: DnsSettings {
+                nameservers: self.dns_nameservers.clone(),
+                protocol: self.dns_protocol,
+                timeout: Duration::from_millis(self.dns_timeout_ms),
+            },
+            sending_host: self.sending_host.clone(),
+            domain_verify_period: Duration::from_millis(self.domain_verify_period_ms),
+            domain_recheck_interval: Duration::from_millis(self.domain_recheck_interval_ms),
             ..Settings::default()
         }
     }

@@ -94,6 +94,12 @@ pub enum Error {
     /// A write would duplicate something unique (a tenant name, a key).
     #[error("{what}")]
     Conflict { what: String },
+    #[error("{field}: the domain {domain} is not verified for this account: {detail}")]
+    DomainNotVerified {
+        field: String,
+        domain: String,
+        detail: String,
+    },
     /// A stored row holds a value the code cannot read (an unknown status,
     /// a broken JSON document): the data needs an operator, not a retry.
     #[error("stored data could not be read: {detail}")]
@@ -130,6 +136,15 @@ impl Error {
             Error::InvalidAttachment { field, rule } => Error::InvalidAttachment {
                 field: format!("[{index}].{field}"),
                 rule,
+            },
+            Error::DomainNotVerified {
+                field,
+                domain,
+                detail,
+            } => Error::DomainNotVerified {
+                field: format!("[{index}].{field}"),
+                domain,
+                detail,
             },
             other => other,
         }

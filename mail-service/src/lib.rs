@@ -47,6 +47,23 @@ pub async fn serve(
             }
         })
     };
+    // Domains under verification are re-checked in the background; every
+    // node runs this, and each check is taken by one node.
+    let verifier = {
+        let service = service.clone();
+        let every = service.domain_recheck_tick();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                match service.recheck_domains().await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(count = n, "domains re-checked"),
+                    Err(e) => tracing::warn!(error = %e, "domain re-check failed"),
+                }
+            }
+        })
+    };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let scheduler = tokio::spawn(service::Scheduler::new(service.clone()).run(stopped));
     let result = axum::serve(listener, http::router(service))
@@ -57,6 +74,7 @@ pub async fn serve(
         .await;
     let _ = scheduler.await;
     sweeper.abort();
+    verifier.abort();
     result
 }
 

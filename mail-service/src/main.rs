@@ -39,6 +39,9 @@ enum Command {
         #[arg(long, value_enum)]
         outcome: ReconcileOutcome,
     },
+    /// Manage sending domains.
+    #[command(subcommand)]
+    Domain(DomainCommand),
     /// Run a loopback SMTP sink (for trying the SMTP transport locally).
     SmtpSink {
         #[arg(long, default_value_t = 2525)]
@@ -81,6 +84,21 @@ enum KeyCommand {
     },
     /// Revoke a key by id.
     Revoke { id: i64 },
+}
+
+#[derive(Subcommand)]
+enum DomainCommand {
+    /// FOR LOCAL USE ONLY: mark a tenant's domain verified without looking
+    /// at DNS (creating it, with its DKIM key, if missing), so the file
+    /// transport's quick start can send. Mail "from" it is then DKIM-signed
+    /// with a key no DNS publishes. Never use it for a domain you send real
+    /// mail from: verify with `POST /domains/{id}/verify` instead.
+    MarkVerified {
+        #[arg(long)]
+        tenant: String,
+        /// The domain, e.g. example.com.
+        domain: String,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -202,6 +220,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!(
                 "email {email_id} reconciled as {}",
                 if sent { "sent" } else { "failed" }
+            );
+        }
+        Command::Domain(DomainCommand::MarkVerified { tenant, domain }) => {
+            let domain = operator(&cli.storage)
+                .await?
+                .mark_domain_verified(&tenant, &domain)
+                .await?;
+            eprintln!(
+                "domain {} ({}) of tenant {tenant} marked verified WITHOUT a DNS check (local use only)",
+                domain.name, domain.id
             );
         }
         Command::SmtpSink { port, mode } => {

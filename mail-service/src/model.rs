@@ -85,12 +85,17 @@ macro_rules! decode_from_text {
 pub(crate) use decode_from_text;
 
 mod account;
+mod domain;
 mod email;
 mod records;
 mod schedule;
 mod suppression;
 
 pub use account::{ApiKey, Permission, Principal, Tenant};
+pub use domain::{
+    DEFAULT_RETURN_PATH, DKIM_SELECTOR, DnsRecord, Domain, DomainStatus, RecordStatus,
+    domain_status, normalize_domain_name, records_for, validate_return_path,
+};
 pub use email::*;
 pub use records::{EmailStatus, JsonText, KeyState, RequestLog, StoredEmail};
 pub use schedule::{

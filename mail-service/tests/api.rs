@@ -85,7 +85,7 @@ async fn error_body_on_every_path(b: Backend) {
         ("GET", "/nope", None),
         ("DELETE", "/emails", Some(app.full_key.as_str())),
         ("PUT", "/emails/1", Some(app.full_key.as_str())),
-        ("POST", "/domains/1/verify", Some(app.full_key.as_str())),
+        ("PUT", "/domains/1/verify", Some(app.full_key.as_str())),
         ("GET", "/analytics", Some(app.full_key.as_str())),
         ("PUT", "/suppressions", Some(app.full_key.as_str())),
         ("GET", "/v1/nope", None),
@@ -281,6 +281,9 @@ async fn openapi_document_matches_the_routes(b: Backend) {
     assert_eq!(
         paths,
         [
+            "/domains",
+            "/domains/{id}",
+            "/domains/{id}/verify",
             "/emails",
             "/emails/batch",
             "/emails/{id}",
@@ -392,10 +395,31 @@ async fn operator_first_steps_with_the_cli(b: Backend) {
     assert!(!listed.contains(&key), "listing never shows secrets");
 
     let server = ServerProcess::start(&db.env(), &[]);
+    let first = json!({"from": "you@example.com", "to": "friend@example.com", "subject": "Hello", "text": "It works"});
+    // Not a verified domain of the tenant yet: refused, with what to do.
     let resp = http_client()
         .post(format!("{}/emails", server.base))
         .bearer_auth(&key)
-        .json(&json!({"from": "you@example.com", "to": "friend@example.com", "subject": "Hello", "text": "It works"}))
+        .json(&first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 403);
+    let refused: Value = resp.json().await.unwrap();
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("from: the domain example.com is not verified for this account"),
+        "{refused}"
+    );
+    // The quick start's operator step (local use only).
+    let (_, said) = run(&["domain", "mark-verified", "--tenant", "demo", "example.com"]);
+    assert!(said.contains("WITHOUT a DNS check"), "{said}");
+    let resp = http_client()
+        .post(format!("{}/emails", server.base))
+        .bearer_auth(&key)
+        .json(&first)
         .send()
         .await
         .unwrap();

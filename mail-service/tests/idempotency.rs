@@ -72,6 +72,10 @@ async fn keys_are_scoped_by_path_and_tenant(b: Backend) {
         .create_api_key("globex", "app", Permission::SendingAccess)
         .await
         .unwrap();
+    app.service
+        .mark_domain_verified("globex", "acme.test")
+        .await
+        .unwrap();
     app.call(
         "POST",
         "/emails",

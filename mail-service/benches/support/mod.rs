@@ -1,5 +1,5 @@
-//! What the benchmarks share: a bench tenant with a key and no effective
-//! rate limit, and a `mail-service serve` process on loopback.
+//! What the benchmarks share: a bench tenant with a key, no effective
+//! rate limit and `example.com` marked verified, and a `mail-service serve` process on loopback.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -43,6 +43,11 @@ pub async fn bench_tenant(
         .await
         .unwrap();
     service.set_rate_limit("bench", RATE_LIMIT).await.unwrap();
+    // The benchmarks send from example.com: the operator's local-use path.
+    service
+        .mark_domain_verified("bench", "example.com")
+        .await
+        .unwrap();
     Some((store, service, record, key))
 }
 

@@ -64,6 +64,7 @@ pub fn status_and_name(error: &Error) -> (StatusCode, &'static str) {
         | Error::BatchHandoffFailed { .. } => (StatusCode::BAD_GATEWAY, "handoff_failed"),
         Error::Replayed { error, .. } => status_and_name(error),
         Error::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+        Error::DomainNotVerified { .. } => (StatusCode::FORBIDDEN, "validation_error"),
         Error::PreconditionRequired => (StatusCode::PRECONDITION_REQUIRED, "precondition_required"),
         Error::InvalidIfMatch { .. } => (StatusCode::BAD_REQUEST, "invalid_if_match"),
         Error::StaleRevision { .. } => (StatusCode::CONFLICT, "stale_revision"),

@@ -12,7 +12,8 @@ use crate::id::{ID_PATTERN, ParsedId, parse_id};
 use crate::model::MAX_BODY_BYTES;
 use crate::model::Permission;
 use crate::service::{
-    BatchValidation, Caller, EmailQuery, IdempotencyKey, IfMatch, LogQuery, SuppressionQuery,
+    BatchValidation, Caller, DomainQuery, EmailQuery, IdempotencyKey, IfMatch, LogQuery,
+    SuppressionQuery,
 };
 
 use super::{AuthState, RequestId};
@@ -174,6 +175,21 @@ impl<S: Send + Sync> FromRequestParts<S> for KeyPath {
             .await
             .map_err(|_| Error::validation("path", "is not a valid path segment"))?;
         Ok(KeyPath(segment))
+    }
+}
+
+/// The query of `GET /domains`: `limit`, `cursor`.
+pub struct DomainQueryParams(pub DomainQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for DomainQueryParams {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        let mut query = DomainQuery::default();
+        read_query(
+            parts,
+            &mut [("limit", &mut query.limit), ("cursor", &mut query.cursor)],
+        )?;
+        Ok(DomainQueryParams(query))
     }
 }
 

@@ -2,6 +2,7 @@
 //! rate limit, request log), extractors, thin handlers and the OpenAPI
 //! document.
 
+mod domains;
 pub mod error;
 mod extract;
 mod handlers;
@@ -53,6 +54,15 @@ pub fn router(service: MailService) -> Router {
         .route("/emails/{id}/cancel", post(handlers::cancel_email))
         .route("/logs", get(handlers::list_logs))
         .route("/logs/{id}", get(handlers::get_log))
+        .route(
+            "/domains",
+            post(domains::create_domain).get(domains::list_domains),
+        )
+        .route(
+            "/domains/{id}",
+            get(domains::get_domain).delete(domains::delete_domain),
+        )
+        .route("/domains/{id}/verify", post(domains::verify_domain))
         .route(
             "/suppressions",
             post(suppressions::add_suppression).get(suppressions::list_suppressions),

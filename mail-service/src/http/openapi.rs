@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, IdEntry};
-use super::{handlers, suppressions};
+use super::{domains, handlers, suppressions};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,6 +20,11 @@ use super::{handlers, suppressions};
         handlers::cancel_email,
         handlers::list_logs,
         handlers::get_log,
+        domains::create_domain,
+        domains::list_domains,
+        domains::get_domain,
+        domains::verify_domain,
+        domains::delete_domain,
         suppressions::add_suppression,
         suppressions::list_suppressions,
         suppressions::get_suppression,
@@ -41,6 +46,11 @@ use super::{handlers, suppressions};
         crate::model::Reschedule,
         handlers::LogEntry,
         handlers::List<handlers::LogEntry>,
+        domains::NewDomainBody,
+        domains::DomainResource,
+        domains::DomainChanged,
+        crate::model::DnsRecord,
+        handlers::List<domains::DomainResource>,
         suppressions::NewSuppression,
         suppressions::SuppressionEntry,
         suppressions::SuppressionDeleted,

@@ -7,6 +7,8 @@
 
 mod admin;
 mod auth;
+mod dns;
+mod domains;
 mod logs;
 mod page;
 mod schedule;
@@ -25,6 +27,8 @@ use crate::store::Store;
 use crate::transport::Transport;
 
 pub use auth::{Begun, Incoming, KEY_PREFIX, RateStatus, hash_key};
+pub use dns::{DnsProtocol, DnsSettings};
+pub use domains::DomainQuery;
 pub use logs::{LOG_METHODS, LogQuery};
 pub use page::{MAX_CURSOR_CHARS, MAX_PAGE_LIMIT, Page, PageRequest};
 pub use schedule::{Canceled, EmailQuery, IfMatch, Rescheduled};
@@ -50,6 +54,15 @@ pub struct Settings {
     /// it wakes earlier for the next due email it knows of, and at once for
     /// one accepted on its own node.
     pub scheduler_poll: Duration,
+    /// Where domain verification asks DNS.
+    pub dns: DnsSettings,
+    /// The service's host in the records a domain publishes: the SPF
+    /// include `spf.<host>` and the bounce MX `feedback-smtp.<host>`.
+    pub sending_host: String,
+    /// How long after a verify request a domain keeps being re-checked.
+    pub domain_verify_period: Duration,
+    /// How often a domain under verification is re-checked.
+    pub domain_recheck_interval: Duration,
 }
 
 impl Default for Settings {
@@ -60,6 +73,10 @@ impl Default for Settings {
             handoff_lease: Duration::from_secs(120),
             scheduler_concurrency: 16,
             scheduler_poll: Duration::from_secs(1),
+            dns: DnsSettings::default(),
+            sending_host: "mail-service.example".into(),
+            domain_verify_period: Duration::from_secs(72 * 60 * 60),
+            domain_recheck_interval: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -82,6 +99,7 @@ pub struct MailService {
     /// Told when this node accepts a scheduled email or moves one, so its
     /// scheduler recomputes when to wake.
     scheduler_wake: Arc<tokio::sync::Notify>,
+    dns: dns::Dns,
 }
 
 impl MailService {
@@ -98,6 +116,7 @@ impl MailService {
             transport,
             clock,
             ids: Arc::new(IdGenerator::new(node)),
+            dns: dns::Dns::new(&settings.dns),
             settings,
             principals: Arc::default(),
             scheduler_wake: Arc::default(),

@@ -57,14 +57,18 @@ impl MailService {
                     "the stored message no longer passes validation ({e}); it was not sent"
                 )),
             ),
-            Ok(valid) => match self
-                .hand_off(email.tenant_id, &valid, email.id, &email.message_id)
-                .await
-            {
-                Handoff::Accepted => (EmailStatus::Sent, None),
-                Handoff::Rejected(detail) => (EmailStatus::Failed, Some(detail)),
-                Handoff::Unknown(detail) => (EmailStatus::Unknown, Some(detail)),
-                Handoff::Suppressed(detail) => (EmailStatus::Suppressed, Some(detail)),
+            // The domain may have been deleted since it was accepted.
+            Ok(valid) => match self.check_sender(email.tenant_id, &valid).await {
+                Err(e) => (EmailStatus::Failed, Some(format!("not sent: {e}"))),
+                Ok(()) => match self
+                    .hand_off(email.tenant_id, &valid, email.id, &email.message_id)
+                    .await
+                {
+                    Handoff::Accepted => (EmailStatus::Sent, None),
+                    Handoff::Rejected(detail) => (EmailStatus::Failed, Some(detail)),
+                    Handoff::Unknown(detail) => (EmailStatus::Unknown, Some(detail)),
+                    Handoff::Suppressed(detail) => (EmailStatus::Suppressed, Some(detail)),
+                },
             },
         };
         let recorded = self

@@ -118,6 +118,8 @@ impl MailService {
         body: &Value,
     ) -> Result<Sent, Error> {
         let email = model::validate_email(body)?;
+        self.check_sender(caller.principal.tenant_id, &email)
+            .await?;
         let now = self.clock.now_ms();
         if let Some(at) = email.scheduled_at {
             model::check_schedule_window("scheduled_at", at, now)?;
@@ -261,13 +263,18 @@ impl MailService {
         let mut valid: Vec<(usize, ValidatedEmail)> = Vec::new();
         let mut errors = Vec::new();
         for (index, item) in items.iter().enumerate() {
-            let checked =
+            let mut checked =
                 model::validate_batch_item(item).and_then(|email| match email.scheduled_at {
                     Some(at) => {
                         model::check_schedule_window("scheduled_at", at, now).map(|()| email)
                     }
                     None => Ok(email),
                 });
+            if let Ok(email) = &checked
+                && let Err(e) = self.check_sender(caller.principal.tenant_id, email).await
+            {
+                checked = Err(e);
+            }
             match checked {
                 Ok(email) => valid.push((index, email)),
                 Err(e) if validation == BatchValidation::Strict => return Err(e.at_index(index)),

@@ -33,6 +33,7 @@ use sqlx::{ConnectOptions, Connection};
 use crate::error::Error;
 use crate::model::{ApiKey, EmailStatus, KeyState, Principal, RequestLog, StoredEmail, Tenant};
 
+pub use domains::{DkimKey, DomainCheck, NewDomain};
 pub use records::{
     Change, ClaimedEmail, EmailFilter, EmailUpdate, KeyRecord, KeyRef, LogFilter, NewEmail, NewLog,
     RateHit, Reservation, Reserved, Started,
@@ -105,6 +106,7 @@ macro_rules! on_db {
 }
 
 mod accounts;
+mod domains;
 mod emails;
 mod logs;
 mod suppressions;

@@ -165,6 +165,15 @@ impl TestDb {
         .expect("query runs")
     }
 
+    pub async fn text(&self, sql: &str) -> String {
+        let sql = sqlx::AssertSqlSafe(sql.to_string());
+        match self.outside_connection().await {
+            Outside::Sqlite(mut conn) => sqlx::query_scalar(sql).fetch_one(&mut conn).await,
+            Outside::Postgres(mut conn) => sqlx::query_scalar(sql).fetch_one(&mut conn).await,
+        }
+        .expect("query runs")
+    }
+
     /// SQLite: another connection that takes the write lock and keeps it
     /// until the returned connection ends its transaction.
     pub async fn hold_sqlite_write_lock(&self) -> sqlx::SqliteConnection {
@@ -265,6 +274,13 @@ impl Resp {
         self.body["message"].as_str().unwrap_or_default()
     }
 
+    /// A 200 whose body may have a `name` of its own (a domain).
+    #[track_caller]
+    pub fn ok(&self) -> &Self {
+        assert_eq!(self.status, 200, "unexpected answer: {}", self.body);
+        self
+    }
+
     #[track_caller]
     pub fn expect(&self, status: u16, name: &str) -> &Self {
         assert_eq!(
@@ -315,6 +331,11 @@ impl TestApp {
             .set_rate_limit("acme", 1_000_000)
             .await
             .expect("rate limit");
+        // The stories send from acme.test: verified the operator's way.
+        service
+            .mark_domain_verified("acme", "acme.test")
+            .await
+            .expect("domain");
         let router = mail_service::http::router(service.clone());
         TestApp {
             db,
@@ -489,6 +510,10 @@ pub async fn provision_keys(db: &TestDb) -> (String, String) {
         .set_rate_limit("acme", 1_000_000)
         .await
         .expect("rate limit");
+    service
+        .mark_domain_verified("acme", "acme.test")
+        .await
+        .expect("domain");
     store.close().await;
     (send, full)
 }

@@ -1,0 +1,402 @@
+//! Sending domains: create (with a DKIM key pair), list, read, verify
+//! against real DNS, delete; the background re-verification; and the rule
+//! that mail is sent only from a verified domain of the tenant.
+
+use base64::Engine;
+use hickory_resolver::proto::rr::RecordType;
+use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey};
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::model::{
+    self, DKIM_SELECTOR, DnsRecord, Domain, DomainStatus, RecordStatus, ValidatedEmail,
+};
+use crate::store::{DomainCheck, NewDomain};
+
+use super::dns::{Found, mx_values, txt_values};
+use super::page::{Page, PageRequest};
+use super::{Caller, MailService};
+
+/// Domains one background pass checks at most.
+const CHECKS_PER_PASS: i64 = 50;
+
+/// Raw query of `GET /domains`, before checks.
+#[derive(Debug, Clone, Default)]
+pub struct DomainQuery {
+    pub limit: Option<String>,
+    pub cursor: Option<String>,
+}
+
+/// A new RSA-2048 key pair: (PKCS#8 DER of the private key, base64 of the
+/// public key's SubjectPublicKeyInfo DER, the DKIM `p=` value).
+fn dkim_key_pair() -> Result<(String, String), Error> {
+    let unavailable = |what: &str| Error::Unavailable {
+        detail: format!("the DKIM key could not be {what}"),
+    };
+    let private = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 2048)
+        .map_err(|_| unavailable("generated"))?;
+    let der = private.to_pkcs8_der().map_err(|_| unavailable("encoded"))?;
+    let public = private
+        .to_public_key()
+        .to_public_key_der()
+        .map_err(|_| unavailable("encoded"))?;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    Ok((b64.encode(der.as_bytes()), b64.encode(public.as_bytes())))
+}
+
+impl MailService {
+    /// `POST /domains {name, custom_return_path?}`.
+    pub async fn create_domain(&self, caller: &Caller, body: &Value) -> Result<Domain, Error> {
+        let Value::Object(obj) = body else {
+            return Err(Error::validation("body", "must be a JSON object"));
+        };
+        if let Some(unknown) = obj
+            .keys()
+            .find(|k| !["name", "custom_return_path", "region"].contains(&k.as_str()))
+        {
+            return Err(Error::validation(
+                unknown.clone(),
+                "unknown property (allowed: name, custom_return_path, region)",
+            ));
+        }
+        let name = match obj.get("name") {
+            None | Some(Value::Null) => {
+                return Err(Error::MissingField {
+                    field: "name".into(),
+                });
+            }
+            Some(Value::String(s)) => model::normalize_domain_name("name", s)?,
+            Some(_) => return Err(Error::validation("name", "must be a string")),
+        };
+        let return_path = match obj.get("custom_return_path") {
+            None | Some(Value::Null) => model::DEFAULT_RETURN_PATH.to_string(),
+            Some(Value::String(s)) => model::validate_return_path("custom_return_path", s)?,
+            Some(_) => return Err(Error::validation("custom_return_path", "must be a string")),
+        };
+        match obj.get("region") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(r)) if r == "us-east-1" => {}
+            Some(_) => {
+                return Err(Error::validation(
+                    "region",
+                    "must be `us-east-1` (the only region this service has)",
+                ));
+            }
+        }
+        self.add_domain(caller.principal.tenant_id, &name, &return_path)
+            .await
+    }
+
+    /// Creates a domain for a tenant: a new key pair and the records.
+    async fn add_domain(
+        &self,
+        tenant_id: i64,
+        name: &str,
+        return_path: &str,
+    ) -> Result<Domain, Error> {
+        let (private, public) =
+            tokio::task::spawn_blocking(dkim_key_pair)
+                .await
+                .map_err(|_| Error::Unavailable {
+                    detail: "the DKIM key could not be generated".into(),
+                })??;
+        let records = model::records_for(
+            return_path,
+            DKIM_SELECTOR,
+            &public,
+            &self.settings.sending_host,
+        );
+        let id = self.ids.next();
+        self.store
+            .create_domain(&NewDomain {
+                id,
+                tenant_id,
+                name: name.to_string(),
+                return_path: return_path.to_string(),
+                dkim_selector: DKIM_SELECTOR.to_string(),
+                dkim_private_key: private,
+                records: serde_json::to_string(&records).unwrap_or_default(),
+                created_at: self.clock.now_ms(),
+            })
+            .await?;
+        self.store
+            .domain(tenant_id, id)
+            .await?
+            .ok_or_else(|| Error::Unavailable {
+                detail: "the domain was written but could not be read back".into(),
+            })
+    }
+
+    pub async fn list_domains(
+        &self,
+        caller: &Caller,
+        query: &DomainQuery,
+    ) -> Result<Page<Domain>, Error> {
+        let page = PageRequest::parse("domains", query.limit.as_deref(), query.cursor.as_deref())?;
+        let rows = self
+            .store
+            .list_domains(caller.principal.tenant_id, page.before_id, page.fetch())
+            .await?;
+        Ok(page.page(rows, |d| d.id))
+    }
+
+    pub async fn domain(&self, caller: &Caller, id: i64) -> Result<Domain, Error> {
+        self.store
+            .domain(caller.principal.tenant_id, id)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "domain".into(),
+            })
+    }
+
+    /// `DELETE /domains/{id}`: mail is no longer sent from it; emails
+    /// already accepted keep their records.
+    pub async fn delete_domain(&self, caller: &Caller, id: i64) -> Result<(), Error> {
+        if self
+            .store
+            .delete_domain(caller.principal.tenant_id, id)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::NotFound {
+                what: "domain".into(),
+            })
+        }
+    }
+
+    /// `POST /domains/{id}/verify`: checks the records now and keeps
+    /// checking them in the background for the verification period.
+    pub async fn verify_domain(&self, caller: &Caller, id: i64) -> Result<Domain, Error> {
+        let tenant = caller.principal.tenant_id;
+        let until = self.clock.now_ms() + self.settings.domain_verify_period.as_millis() as i64;
+        if !self.store.request_verification(tenant, id, until).await? {
+            return Err(Error::NotFound {
+                what: "domain".into(),
+            });
+        }
+        let domain = self.domain(caller, id).await?;
+        if self
+            .store
+            .take_domain_check(id, domain.checked_at, self.clock.now_ms())
+            .await?
+        {
+            self.check_domain(&domain).await?;
+        }
+        self.domain(caller, id).await
+    }
+
+    /// Looks every record up and stores the statuses.
+    async fn check_domain(&self, domain: &Domain) -> Result<DomainStatus, Error> {
+        let now = self.clock.now_ms();
+        let retrying = domain.verify_until.is_some_and(|until| until > now);
+        let mut records = domain.records.0.clone();
+        let looked_up = look_up_records(self, &domain.name, &records).await;
+        for (record, status) in records.iter_mut().zip(looked_up) {
+            record.status = match status {
+                RecordStatus::Failed if retrying => RecordStatus::Pending,
+                other => other,
+            };
+        }
+        let mut status = model::domain_status(&records, retrying);
+        if status != DomainStatus::Verified && domain.verified_at.is_some() && retrying {
+            // A verified domain whose records vanished: still sending while
+            // it is retried.
+            status = DomainStatus::TemporaryFailure;
+        }
+        let verified_at = match status {
+            DomainStatus::Verified => Some(domain.verified_at.unwrap_or(now)),
+            DomainStatus::TemporaryFailure => domain.verified_at,
+            _ => None,
+        };
+        let verify_until = match status {
+            DomainStatus::Verified => None,
+            _ if retrying => domain.verify_until,
+            _ => None,
+        };
+        self.store
+            .record_domain_check(
+                domain.id,
+                &DomainCheck {
+                    status,
+                    records: serde_json::to_string(&records).unwrap_or_default(),
+                    verified_at,
+                    verify_until,
+                },
+            )
+            .await?;
+        Ok(status)
+    }
+
+    /// How often the background task looks for domains to re-check: the
+    /// re-check interval, at most a minute, at least a second.
+    pub fn domain_recheck_tick(&self) -> std::time::Duration {
+        self.settings.domain_recheck_interval.clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(60),
+        )
+    }
+
+    /// One background pass: checks the domains under verification whose
+    /// last check is older than the interval (and once more when their
+    /// period ended). Several nodes may run it: each check is taken by one.
+    pub async fn recheck_domains(&self) -> Result<usize, Error> {
+        let now = self.clock.now_ms();
+        let interval = self.settings.domain_recheck_interval.as_millis() as i64;
+        let due = self
+            .store
+            .domains_to_check(now, now - interval, CHECKS_PER_PASS)
+            .await?;
+        let mut checked = 0;
+        for (_, domain) in due {
+            if self
+                .store
+                .take_domain_check(domain.id, domain.checked_at, now)
+                .await?
+            {
+                self.check_domain(&domain).await?;
+                checked += 1;
+            }
+        }
+        Ok(checked)
+    }
+
+    /// Refuses an email whose `from` is not on a domain of the tenant that
+    /// may send (403).
+    pub(super) async fn check_sender(
+        &self,
+        tenant_id: i64,
+        email: &ValidatedEmail,
+    ) -> Result<(), Error> {
+        let domain = email.from.email.domain();
+        let name = idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase());
+        match self.store.domain_by_name(tenant_id, &name).await? {
+            Some(d) if d.may_send() => Ok(()),
+            Some(d) => Err(Error::DomainNotVerified {
+                field: "from".into(),
+                domain: name,
+                detail: format!(
+                    "its status is {}; verify it first (POST /domains/{}/verify)",
+                    d.status, d.id
+                ),
+            }),
+            None => Err(Error::DomainNotVerified {
+                field: "from".into(),
+                domain: name,
+                detail: "add it (POST /domains) and verify it first".into(),
+            }),
+        }
+    }
+
+    /// The operator's command for local use: creates the domain if it is
+    /// missing and marks it verified **without looking at DNS**.
+    pub async fn mark_domain_verified(&self, tenant: &str, name: &str) -> Result<Domain, Error> {
+        let tenant = self
+            .store
+            .find_tenant(tenant)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: format!("tenant `{tenant}`"),
+            })?;
+        let name = model::normalize_domain_name("domain", name)?;
+        let domain = match self.store.domain_by_name(tenant.id, &name).await? {
+            Some(d) => d,
+            None => {
+                self.add_domain(tenant.id, &name, model::DEFAULT_RETURN_PATH)
+                    .await?
+            }
+        };
+        let records: Vec<DnsRecord> = domain
+            .records
+            .0
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.status = RecordStatus::Verified;
+                r
+            })
+            .collect();
+        self.store
+            .mark_domain_verified(
+                domain.id,
+                &serde_json::to_string(&records).unwrap_or_default(),
+                self.clock.now_ms(),
+            )
+            .await?;
+        self.store
+            .domain(tenant.id, domain.id)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                what: "domain".into(),
+            })
+    }
+}
+
+/// Looks every record up at once; the statuses in the records' order.
+async fn look_up_records(
+    service: &MailService,
+    domain: &str,
+    records: &[DnsRecord],
+) -> Vec<RecordStatus> {
+    let checks = records.iter().map(|r| check_record(service, domain, r));
+    let mut out = Vec::new();
+    let handles: Vec<_> = checks.collect();
+    for h in handles {
+        out.push(h.await);
+    }
+    out
+}
+
+/// Whether one record is published as it must be.
+async fn check_record(service: &MailService, domain: &str, record: &DnsRecord) -> RecordStatus {
+    let fqdn = format!("{}.{domain}", record.name);
+    let record_type = if record.record_type == "MX" {
+        RecordType::MX
+    } else {
+        RecordType::TXT
+    };
+    let data = match service.dns.lookup(&fqdn, record_type).await {
+        Found::Temporary(_) => return RecordStatus::TemporaryFailure,
+        Found::Nothing => return RecordStatus::Failed,
+        Found::Records(data) => data,
+    };
+    let ok = match (record.record.as_str(), record_type) {
+        (_, RecordType::MX) => mx_values(&data)
+            .iter()
+            .any(|(_, exchange)| exchange.eq_ignore_ascii_case(&record.value)),
+        ("SPF", _) => {
+            let include = record
+                .value
+                .split_whitespace()
+                .find(|t| t.starts_with("include:"))
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            txt_values(&data).iter().any(|v| {
+                let v = v.to_ascii_lowercase();
+                v.starts_with("v=spf1") && v.split_whitespace().any(|t| t == include)
+            })
+        }
+        ("DKIM", _) => {
+            let wanted = tag(&record.value, "p").unwrap_or_default();
+            txt_values(&data)
+                .iter()
+                .any(|v| !wanted.is_empty() && tag(v, "p").as_deref() == Some(wanted.as_str()))
+        }
+        _ => txt_values(&data)
+            .iter()
+            .any(|v| v.trim_start().to_ascii_lowercase().starts_with("v=dmarc1")),
+    };
+    if ok {
+        RecordStatus::Verified
+    } else {
+        RecordStatus::Failed
+    }
+}
+
+/// The value of tag `name` in a `k=v; k=v` record, whitespace removed.
+fn tag(record: &str, name: &str) -> Option<String> {
+    record.split(';').find_map(|part| {
+        let (k, v) = part.split_once('=')?;
+        (k.trim() == name).then(|| v.chars().filter(|c| !c.is_whitespace()).collect())
+    })
+}
