@@ -10,7 +10,8 @@
 //!    per-invocation context and its one enforcing function;
 //! 4. [`sandbox`]: engine, epoch ticker, linker, store data;
 //! 5. [`pool`] (compiled releases, `InstancePre`s, stores and their
-//!    housekeeping) and [`verify`] (release verification);
+//!    housekeeping), [`verify`] (release verification) and [`tracking`]
+//!    (a tracking domain's hostname rules, challenge and DNS checks);
 //! 6. [`Host`]: the facade for operators ([`Host::install_release`],
 //!    [`Host::grant`], …) and for every surface ([`Host::invoke`]). It is
 //!    `Send + Sync`; share it with `Arc<Host>` and call [`Host::invoke`]
@@ -33,12 +34,13 @@ pub mod serve;
 pub mod spec;
 pub mod state;
 pub mod testing;
+pub mod tracking;
 pub mod verify;
 
 pub use error::{InvokeError, Limit};
 pub use host::{
     Caller, DEVELOPMENT_MARKER, Host, HostConfig, HostError, InvalidInput, Invocation,
-    InvokeRequest, IssuedToken, MAX_SESSION_TTL, PanelSession,
+    InvokeRequest, IssuedToken, MAX_SESSION_TTL, PanelSession, TrackingError, TrackingRecords,
 };
 pub use limits::SandboxLimits;
 pub use pool::{InstantiationSamples, SandboxStats};

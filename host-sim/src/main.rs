@@ -16,6 +16,7 @@ use cli::operator::{
 };
 use cli::release::{PublisherCommand, ReleaseCommand, keygen, sign};
 use cli::serve::{DevArgs, dev, serve};
+use cli::tracking::TrackingCommand;
 
 /// Exit codes (also listed in `--help`).
 mod exit {
@@ -25,6 +26,8 @@ mod exit {
     pub const STALE: u8 = 4;
     pub const INVALID_INPUT: u8 = 5;
     pub const LIMIT: u8 = 6;
+    pub const DNS_NOT_VERIFIED: u8 = 7;
+    pub const DNS_RETRY: u8 = 8;
 }
 
 const EXIT_CODES: &str = "Exit codes:
@@ -32,10 +35,13 @@ const EXIT_CODES: &str = "Exit codes:
   1  the operation failed (state, I/O, internal error, extension error)
   2  usage error (bad arguments or values)
   3  refused: release verification failed, or an invocation was
-     unauthenticated / forbidden
+     unauthenticated / forbidden, or a tracking-domain step refused
+     (hostname rules, bound elsewhere, steps out of order)
   4  stale runtime generation (invoke)
   5  invalid input (invoke)
-  6  a sandbox limit stopped the invocation (invoke)";
+  6  a sandbox limit stopped the invocation (invoke)
+  7  a DNS record is missing or wrong (tracking-domain verify)
+  8  a DNS lookup failed, retry later (tracking-domain verify)";
 
 #[derive(Parser)]
 #[command(
@@ -120,6 +126,10 @@ enum Command {
     /// and a new runtime generation whenever the manifest or component
     /// changes (in-flight calls finish on the old one).
     Dev(DevArgs),
+    /// Connect a project's own tracking hostname: add, verify, status,
+    /// remove (each step refuses to run before the previous one holds).
+    #[command(subcommand)]
+    TrackingDomain(TrackingCommand),
     /// Serve the extension API, the MCP server and the console over HTTP until Ctrl-C.
     Serve {
         /// Address to listen on (port 0 picks a free port; the first line on stdout names it).
@@ -193,6 +203,13 @@ fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
                     | InstallError::Runtime(_)
                     | InstallError::Development(_),
                 )) => exit::REFUSED,
+                CliError::Host(HostError::Tracking(host_sim::TrackingError::Resolver(_))) => {
+                    exit::FAILED
+                }
+                CliError::Host(
+                    HostError::Tracking(_)
+                    | HostError::State(host_sim::state::StateError::Tracking(_)),
+                ) => exit::REFUSED,
                 CliError::Host(HostError::Invalid(_)) | CliError::Usage(_) => exit::USAGE,
                 CliError::Host(_) | CliError::Signing(_) => exit::FAILED,
             })
@@ -233,6 +250,7 @@ fn progress(step: &str) {
 
 fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliError> {
     match command {
+        Command::TrackingDomain(command) => return cli::tracking::run(host, command),
         Command::Serve {
             listen,
             panel_session_ttl,

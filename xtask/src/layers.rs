@@ -26,8 +26,8 @@ pub const LAYERS: &[(&str, &[&str])] = &[
     ("capabilities", &["capabilities"]),
     ("sandbox", &["sandbox"]),
     (
-        "instance pool and release verification",
-        &["pool", "verify"],
+        "instance pool, release verification, tracking-domain checks",
+        &["pool", "verify", "tracking"],
     ),
     ("host facade", &["host"]),
     ("surfaces", &["serve", "testing", "dev"]),

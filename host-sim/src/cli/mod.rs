@@ -4,3 +4,4 @@
 pub(crate) mod operator;
 pub(crate) mod release;
 pub(crate) mod serve;
+pub(crate) mod tracking;

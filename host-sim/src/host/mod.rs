@@ -8,6 +8,7 @@
 mod invoke;
 mod operator;
 mod queries;
+mod tracking;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ pub(crate) use invoke::new_request_id;
 pub use invoke::{Caller, Invocation, InvokeRequest};
 pub use operator::{InvalidInput, IssuedToken};
 pub use queries::{MAX_SESSION_TTL, PanelSession};
+pub use tracking::{TrackingError, TrackingRecords};
 
 use crate::capabilities::http::client;
 use crate::limits::SandboxLimits;
@@ -96,6 +98,9 @@ pub enum HostError {
     Load(#[from] LoadError),
     #[error("the stored manifest does not parse: {0}")]
     StoredManifest(String),
+    /// A tracking-domain step refused or could not run.
+    #[error(transparent)]
+    Tracking(#[from] tracking::TrackingError),
     #[error("the sandbox could not start: {0}")]
     Sandbox(String),
 }

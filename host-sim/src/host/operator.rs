@@ -432,7 +432,7 @@ impl Host {
 }
 
 /// Project ids: 1 to 128 characters of `[A-Za-z0-9._-]`.
-fn check_project(project: &str) -> Result<(), InvalidInput> {
+pub(super) fn check_project(project: &str) -> Result<(), InvalidInput> {
     let ok = !project.is_empty()
         && project.len() <= 128
         && project

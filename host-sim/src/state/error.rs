@@ -20,6 +20,12 @@ pub enum StateError {
     /// A change that needs the extension's installed release.
     #[error("{extension} is not installed")]
     NotInstalled { extension: String },
+    /// A tracking-domain step refused (see `state::tracking`).
+    #[error(transparent)]
+    Tracking(#[from] super::tracking::TrackingRefusal),
+    /// A stored value this host cannot read.
+    #[error("the state holds an unreadable value: {0}")]
+    Corrupt(String),
     /// The release an approval was meant for is no longer the installed one.
     #[error("the installed release of {extension} changed; approve again")]
     ReleaseChanged { extension: String },

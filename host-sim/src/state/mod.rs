@@ -8,6 +8,7 @@
 //! | [`bindings`] | the projects' bindings: the only place a secret is stored |
 //! | [`settings`] | public per-project settings |
 //! | [`documents`] | the project-scoped documents |
+//! | [`tracking`] | tracking domains: settings, challenge key, each domain's step |
 //! | [`snapshot`] | what one invocation's checks read, at one version |
 //! | [`changes`] | the state's version (a commit counter shared by every process) |
 //!
@@ -23,6 +24,7 @@ pub mod releases;
 mod schema;
 pub mod settings;
 pub mod snapshot;
+pub mod tracking;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -39,6 +41,7 @@ pub use error::StateError;
 pub use releases::{NewRelease, StoredRelease};
 pub use settings::ProjectSettings;
 pub use snapshot::InvocationSnapshot;
+pub use tracking::{Step, TrackingDomain, TrackingRefusal, TrackingSettings};
 
 use changes::{ChangeCounter, VersionedCache};
 use error::Result;

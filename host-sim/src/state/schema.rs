@@ -5,7 +5,8 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use super::error::Result;
 
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE releases (
     extension_id TEXT PRIMARY KEY,
     version TEXT NOT NULL,
@@ -79,7 +80,28 @@ CREATE TABLE documents (
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (project_id, extension_id, collection, id)
 );
-"#];
+"#,
+    r#"
+CREATE TABLE tracking_settings (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    challenge_key BLOB NOT NULL,
+    ingress_target TEXT,
+    console_host TEXT,
+    reserved TEXT NOT NULL
+);
+CREATE TABLE tracking_domains (
+    hostname TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL,
+    step TEXT NOT NULL,
+    challenge TEXT NOT NULL,
+    ingress_target TEXT NOT NULL,
+    dns_report TEXT,
+    checked_at INTEGER,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+"#,
+];
 
 /// Applies the migrations the database has not seen, in one transaction.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {

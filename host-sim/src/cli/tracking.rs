@@ -1,0 +1,208 @@
+//! `tracking-domain …`: the operator flow that connects a project's own
+//! tracking hostname, one step at a time (each refuses to run before the
+//! previous one holds; running a step again resumes it).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use host_sim::Host;
+use host_sim::tracking::dns::{DnsOptions, DnsReport, RecordCheck};
+use serde_json::json;
+
+use crate::{CliError, exit, print_json};
+
+#[derive(Subcommand)]
+pub(crate) enum TrackingCommand {
+    /// Set the operator's settings: the ingress target every tracking
+    /// hostname's CNAME must lead to, the console's host (always reserved)
+    /// and further reserved hostnames. Values not given are kept.
+    Configure {
+        /// The provider's ingress host, e.g. `ingress.analytics.example`.
+        #[arg(long)]
+        ingress_target: Option<String>,
+        /// The console's host (or origin); never usable as a tracking domain.
+        #[arg(long)]
+        console_host: Option<String>,
+        /// Hostnames the platform keeps (comma-separated; replaces the list).
+        #[arg(long, value_delimiter = ',')]
+        reserved: Option<Vec<String>>,
+    },
+    /// Step 1: check HOSTNAME and print the two DNS records to create.
+    ///
+    /// Checks: the name is valid (IDNA-normalised), not an IP address, not a
+    /// wildcard, not the apex of its domain (a CNAME cannot live there;
+    /// public suffix list), not reserved (the list, the console's host, the
+    /// ingress target, every binding's origin host such as the provider's),
+    /// and not bound to another project. Prints a TXT challenge bound to
+    /// this project and hostname and the CNAME to the ingress target.
+    Add(DomainArgs),
+    /// Step 2: ask DNS for the TXT challenge and the CNAME.
+    ///
+    /// Real queries (the system's resolver, or --nameserver). Each record is
+    /// found, missing, wrong value (a TXT value made for another project or
+    /// hostname is never accepted; a CNAME chain must end at the ingress
+    /// target) or lookup failed (SERVFAIL, timeout: retry, nothing is
+    /// wrong yet). Both found moves the domain to `verified`.
+    /// Exit 0 verified, 7 a record is missing or wrong, 8 a lookup failed.
+    Verify {
+        #[command(flatten)]
+        domain: DomainArgs,
+        #[command(flatten)]
+        dns: DnsArgs,
+    },
+    /// Show each tracking domain's step, its records as last verified and
+    /// the command that moves it on.
+    Status {
+        #[arg(long)]
+        project: Option<String>,
+        #[arg(long)]
+        hostname: Option<String>,
+    },
+    /// Forget a tracking domain that is not routed yet (added or verified).
+    Remove(DomainArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct DomainArgs {
+    #[arg(long)]
+    project: String,
+    /// The tracking hostname, e.g. `track.shop.example`.
+    #[arg(long)]
+    hostname: String,
+}
+
+#[derive(Args)]
+pub(crate) struct DnsArgs {
+    /// A nameserver to ask, IP:PORT (repeatable) [default: the system's resolver].
+    #[arg(
+        long = "nameserver",
+        env = "HOST_SIM_NAMESERVERS",
+        value_delimiter = ','
+    )]
+    nameservers: Vec<SocketAddr>,
+    /// How long one DNS query may take, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    dns_timeout_ms: u64,
+}
+
+impl DnsArgs {
+    fn options(&self) -> DnsOptions {
+        DnsOptions {
+            nameservers: self.nameservers.clone(),
+            timeout: Duration::from_millis(self.dns_timeout_ms),
+        }
+    }
+}
+
+pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, CliError> {
+    match command {
+        TrackingCommand::Configure {
+            ingress_target,
+            console_host,
+            reserved,
+        } => {
+            let settings = host.configure_tracking(
+                ingress_target.as_deref(),
+                console_host.as_deref(),
+                reserved,
+            )?;
+            print_json(&json!(settings));
+        }
+        TrackingCommand::Add(DomainArgs { project, hostname }) => {
+            let records = host.add_tracking_domain(&project, &hostname)?;
+            eprintln!(
+                "✓ {} is a tracking domain of {project} (step {}). Create these records, then run \
+                 `host-sim tracking-domain verify --project {project} --hostname {}`:",
+                records.domain.hostname, records.domain.step, records.domain.hostname
+            );
+            eprintln!("  {}. TXT \"{}\"", records.txt_name, records.txt_value);
+            eprintln!("  {}. CNAME {}.", records.cname_name, records.cname_target);
+            print_json(&json!({
+                "hostname": records.domain.hostname,
+                "project": records.domain.project_id,
+                "step": records.domain.step,
+                "records": [
+                    { "type": "TXT", "name": records.txt_name, "value": records.txt_value },
+                    { "type": "CNAME", "name": records.cname_name, "value": records.cname_target },
+                ],
+            }));
+        }
+        TrackingCommand::Verify { domain, dns } => {
+            let (stored, report) =
+                host.verify_tracking_domain(&domain.project, &domain.hostname, &dns.options())?;
+            for record in [&report.txt, &report.cname] {
+                eprintln!("{}", record_line(record));
+            }
+            print_json(&json!({ "hostname": stored.hostname, "step": stored.step, "dns": report }));
+            return Ok(verify_exit(&report, &stored.hostname));
+        }
+        TrackingCommand::Status { project, hostname } => {
+            let domains = match (&project, &hostname) {
+                (Some(project), Some(hostname)) => vec![host.tracking_domain(project, hostname)?],
+                (_, None) => host.tracking_domains(project.as_deref())?,
+                (None, Some(_)) => {
+                    return Err(CliError::Usage(
+                        "--hostname needs --project (the domain's project)".into(),
+                    ));
+                }
+            };
+            for domain in &domains {
+                eprintln!(
+                    "{} (project {}): step {}; next: {}",
+                    domain.hostname,
+                    domain.project_id,
+                    domain.step,
+                    domain.step.next_command()
+                );
+                match domain
+                    .dns_report
+                    .clone()
+                    .and_then(|r| serde_json::from_value::<DnsReport>(r).ok())
+                {
+                    Some(report) => {
+                        for record in [&report.txt, &report.cname] {
+                            eprintln!("{}", record_line(record));
+                        }
+                    }
+                    None => eprintln!("  DNS: not verified yet"),
+                }
+            }
+            print_json(&json!(domains));
+        }
+        TrackingCommand::Remove(DomainArgs { project, hostname }) => {
+            let removed = host.remove_tracking_domain(&project, &hostname)?;
+            if !removed {
+                eprintln!("note: {hostname} was not a tracking domain of {project}");
+            } else {
+                eprintln!("✓ removed {hostname} from {project}");
+            }
+            print_json(&json!({ "project": project, "hostname": hostname, "removed": removed }));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn record_line(record: &RecordCheck) -> String {
+    format!(
+        "  {} {} (expected {}): {}",
+        record.record_type,
+        record.name,
+        record.expected,
+        record.state.describe()
+    )
+}
+
+fn verify_exit(report: &DnsReport, hostname: &str) -> ExitCode {
+    if report.verified() {
+        eprintln!("✓ {hostname}: both records found; next: tracking-domain plan");
+        ExitCode::SUCCESS
+    } else if report.retryable() {
+        eprintln!("… {hostname}: a lookup failed; run verify again later");
+        ExitCode::from(exit::DNS_RETRY)
+    } else {
+        eprintln!("✗ {hostname}: create or fix the records above, then run verify again");
+        ExitCode::from(exit::DNS_NOT_VERIFIED)
+    }
+}

@@ -1,0 +1,197 @@
+//! The operator flow of a tracking domain, step by step: `configure`,
+//! `add` (hostname rules, the records to create), `verify` (DNS) and
+//! `status`. Each step checks the one before it through the state's step
+//! machine (`state::tracking`).
+
+use super::operator::check_project;
+use super::{Host, HostError};
+use crate::state::{StateError, TrackingDomain, TrackingSettings};
+use crate::tracking::challenge::{KEY_LEN, challenge_name, challenge_value};
+use crate::tracking::dns::{self, DnsOptions, DnsReport, ResolverError};
+use crate::tracking::hostname::{self, HostnameError};
+
+/// Why a tracking-domain step cannot run (besides the state's refusals).
+#[derive(Debug, thiserror::Error)]
+pub enum TrackingError {
+    #[error(transparent)]
+    Hostname(#[from] HostnameError),
+    #[error("hostname {hostname} is reserved by the platform ({why})")]
+    Reserved { hostname: String, why: String },
+    #[error(
+        "no ingress target is set; set it with `tracking-domain configure --ingress-target HOST`"
+    )]
+    NoIngressTarget,
+    #[error("--ingress-target: {0}")]
+    IngressTarget(HostnameError),
+    #[error(transparent)]
+    Resolver(#[from] ResolverError),
+}
+
+/// What `add` hands the operator: the domain and the two records to create.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TrackingRecords {
+    pub domain: TrackingDomain,
+    pub txt_name: String,
+    pub txt_value: String,
+    pub cname_name: String,
+    pub cname_target: String,
+}
+
+impl Host {
+    /// Sets the tracking-domain settings: the ingress target every CNAME
+    /// must lead to, the console's host and further reserved hostnames.
+    pub fn configure_tracking(
+        &self,
+        ingress_target: Option<&str>,
+        console_host: Option<&str>,
+        reserved: Option<Vec<String>>,
+    ) -> Result<TrackingSettings, HostError> {
+        let mut settings = self.state.tracking_settings()?;
+        if let Some(target) = ingress_target {
+            let target = hostname::normalize(target).or_else(|e| match e {
+                // The provider's ingress may well sit at an apex of its own.
+                HostnameError::Apex { hostname } => Ok(hostname),
+                other => Err(TrackingError::IngressTarget(other)),
+            })?;
+            settings.ingress_target = Some(target);
+        }
+        if let Some(console) = console_host {
+            settings.console_host = Some(hostname::host_of(console));
+        }
+        if let Some(reserved) = reserved {
+            settings.reserved = reserved.iter().map(|h| hostname::host_of(h)).collect();
+        }
+        self.state.set_tracking_settings(&settings)?;
+        Ok(settings)
+    }
+
+    pub fn tracking_settings(&self) -> Result<TrackingSettings, HostError> {
+        Ok(self.state.tracking_settings()?)
+    }
+
+    /// `add`: checks the hostname (normalised, not an apex, IP or wildcard,
+    /// not reserved, not bound to another project) and stores it at step
+    /// `added`; answers the TXT challenge and the CNAME to create. Running
+    /// it again for the same project answers the same records.
+    pub fn add_tracking_domain(
+        &self,
+        project: &str,
+        hostname: &str,
+    ) -> Result<TrackingRecords, HostError> {
+        check_project(project)?;
+        let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
+        let settings = self.state.tracking_settings()?;
+        let target = settings
+            .ingress_target
+            .clone()
+            .ok_or(TrackingError::NoIngressTarget)?;
+        if let Some(why) = self.reserved_because(&settings, &hostname)? {
+            return Err(TrackingError::Reserved { hostname, why }.into());
+        }
+        let challenge = self.challenge(project, &hostname)?;
+        let domain = self
+            .state
+            .add_tracking_domain(project, &hostname, &challenge, &target)?;
+        Ok(TrackingRecords {
+            txt_name: challenge_name(&domain.hostname),
+            txt_value: domain.challenge.clone(),
+            cname_name: domain.hostname.clone(),
+            cname_target: domain.ingress_target.clone(),
+            domain,
+        })
+    }
+
+    /// Why `hostname` is the platform's, if it is: the configured list, the
+    /// console's host, the ingress target, and every binding's origin host
+    /// (the provider's own host among them).
+    fn reserved_because(
+        &self,
+        settings: &TrackingSettings,
+        hostname: &str,
+    ) -> Result<Option<String>, HostError> {
+        if settings.reserved.iter().any(|h| h == hostname) {
+            return Ok(Some("on the reserved list".into()));
+        }
+        if settings.console_host.as_deref() == Some(hostname) {
+            return Ok(Some("the console's host".into()));
+        }
+        if settings.ingress_target.as_deref() == Some(hostname) {
+            return Ok(Some("the provider's ingress target".into()));
+        }
+        if let Some(binding) = self
+            .state
+            .bindings(None)?
+            .into_iter()
+            .find(|b| hostname::host_of(&b.origin) == hostname)
+        {
+            return Ok(Some(format!(
+                "the origin of binding `{}` of project {}",
+                binding.name, binding.project_id
+            )));
+        }
+        Ok(None)
+    }
+
+    /// The challenge for (project, hostname) under the host's key,
+    /// computed afresh (a stored value is never trusted).
+    fn challenge(&self, project: &str, hostname: &str) -> Result<String, HostError> {
+        let key = self.state.tracking_challenge_key()?;
+        let key: &[u8; KEY_LEN] = key.as_slice().try_into().map_err(|_| {
+            StateError::Corrupt(format!(
+                "the tracking challenge key is {} bytes, not {KEY_LEN}",
+                key.len()
+            ))
+        })?;
+        Ok(challenge_value(key, project, hostname))
+    }
+
+    /// `verify`: asks DNS for the domain's TXT challenge and CNAME, stores
+    /// the report and, when both are found, moves the domain from `added`
+    /// to `verified`.
+    pub fn verify_tracking_domain(
+        &self,
+        project: &str,
+        hostname: &str,
+        options: &DnsOptions,
+    ) -> Result<(TrackingDomain, DnsReport), HostError> {
+        check_project(project)?;
+        let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
+        let domain = self.state.project_tracking_domain(project, &hostname)?;
+        let expected = self.challenge(project, &hostname)?;
+        let report = dns::check(options, &hostname, &expected, &domain.ingress_target)
+            .map_err(TrackingError::from)?;
+        let json = serde_json::to_value(&report)
+            .map_err(|e| StateError::Corrupt(format!("a DNS report: {e}")))?;
+        let domain =
+            self.state
+                .record_tracking_dns(project, &hostname, &json, report.verified())?;
+        Ok((domain, report))
+    }
+
+    /// A project's tracking domain, for `status`.
+    pub fn tracking_domain(
+        &self,
+        project: &str,
+        hostname: &str,
+    ) -> Result<TrackingDomain, HostError> {
+        check_project(project)?;
+        let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
+        Ok(self.state.project_tracking_domain(project, &hostname)?)
+    }
+
+    /// Every tracking domain (of one project, if given).
+    pub fn tracking_domains(
+        &self,
+        project: Option<&str>,
+    ) -> Result<Vec<TrackingDomain>, HostError> {
+        Ok(self.state.tracking_domains(project)?)
+    }
+
+    /// `remove` of a domain not yet routed: forgets it. (A routed or
+    /// active one is refused by the state until its later steps are undone.)
+    pub fn remove_tracking_domain(&self, project: &str, hostname: &str) -> Result<bool, HostError> {
+        check_project(project)?;
+        let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
+        Ok(self.state.delete_tracking_domain(project, &hostname)?)
+    }
+}
