@@ -206,6 +206,9 @@ fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
                 CliError::Host(HostError::Tracking(host_sim::TrackingError::Resolver(_))) => {
                     exit::FAILED
                 }
+                CliError::Host(HostError::Tracking(host_sim::TrackingError::NotConfirmed)) => {
+                    exit::USAGE
+                }
                 CliError::Host(
                     HostError::Tracking(_)
                     | HostError::State(host_sim::state::StateError::Tracking(_)),

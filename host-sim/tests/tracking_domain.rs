@@ -318,12 +318,12 @@ fn steps_refuse_a_hostname_of_another_project_and_remove_forgets_an_unrouted_one
         )))
     ));
     assert!(
-        host.remove_tracking_domain("p1", "track.shop.example")
+        host.remove_tracking_domain("p1", "track.shop.example", &mut |_| {})
             .unwrap()
     );
     assert!(
         !host
-            .remove_tracking_domain("p1", "track.shop.example")
+            .remove_tracking_domain("p1", "track.shop.example", &mut |_| {})
             .unwrap()
     );
     host.add_tracking_domain("p2", "track.shop.example")

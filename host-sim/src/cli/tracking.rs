@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use host_sim::Host;
 use host_sim::tracking::dns::{DnsOptions, DnsReport, RecordCheck};
+use host_sim::tracking::ingress;
 use serde_json::json;
 
 use crate::{CliError, exit, print_json};
@@ -60,8 +61,57 @@ pub(crate) enum TrackingCommand {
         #[arg(long)]
         hostname: Option<String>,
     },
-    /// Forget a tracking domain that is not routed yet (added or verified).
+    /// Step 3a: show the reviewed routing as a diff against the applied one.
+    ///
+    /// Every domain at `verified` or later is routed to its project's
+    /// `provider` binding origin, exposing exactly GET /script.js,
+    /// POST /api/send and the preflight OPTIONS /api/send (no prefix, no
+    /// other path of the provider); the last line names the plan's id.
+    Plan,
+    /// Step 3b: apply exactly the plan (with --plan ID: only if the routing
+    /// is still the one that plan was made from). Domains routed for the
+    /// first time move to `routed`.
+    Apply {
+        /// Confirm: apply the routing `plan` shows.
+        #[arg(long)]
+        yes: bool,
+        /// The id `plan` printed; refused if the plan changed since.
+        #[arg(long)]
+        plan: Option<String>,
+    },
+    /// Print the applied routing for a real edge: an nginx server block per
+    /// hostname (`location =`, raw-URI and method checks) or a Kubernetes
+    /// Ingress (`pathType: Exact`).
+    Export {
+        #[command(subcommand)]
+        format: ExportFormat,
+    },
+    /// Undo a tracking domain's steps in reverse order (routing, then the
+    /// domain); a run that was interrupted resumes when run again.
     Remove(DomainArgs),
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ExportFormat {
+    /// nginx server blocks (include them in the http block).
+    Nginx {
+        /// The `listen` parameters.
+        #[arg(long, default_value = "443 ssl")]
+        listen: String,
+        /// Certificates at DIR/<hostname>/fullchain.pem and privkey.pem.
+        #[arg(long, default_value = "/etc/ssl/tracking")]
+        certificate_dir: String,
+    },
+    /// Kubernetes Ingress objects.
+    Kubernetes {
+        /// The Service in front of the provider.
+        #[arg(long, default_value = "umami")]
+        service: String,
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+        #[arg(long, default_value = "nginx")]
+        ingress_class: String,
+    },
 }
 
 #[derive(Args)]
@@ -171,12 +221,59 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
             }
             print_json(&json!(domains));
         }
+        TrackingCommand::Plan => {
+            let plan = host.tracking_plan()?;
+            print!("{}", plan.render());
+            eprintln!(
+                "apply exactly this with `host-sim tracking-domain apply --yes --plan {}`",
+                plan.id
+            );
+        }
+        TrackingCommand::Apply { yes, plan } => {
+            let applied = host.apply_tracking_plan(yes, plan.as_deref())?;
+            eprint!("{}", applied.render());
+            eprintln!(
+                "✓ applied plan {}; next for each routed domain: tracking-domain wait-tls",
+                applied.id
+            );
+            print_json(&json!(applied));
+        }
+        TrackingCommand::Export { format } => {
+            let routes = host.tracking_routes()?;
+            let text = match format {
+                ExportFormat::Nginx {
+                    listen,
+                    certificate_dir,
+                } => ingress::nginx(
+                    &routes,
+                    &ingress::NginxOptions {
+                        listen,
+                        certificate_dir,
+                    },
+                ),
+                ExportFormat::Kubernetes {
+                    service,
+                    port,
+                    ingress_class,
+                } => ingress::kubernetes(
+                    &routes,
+                    &ingress::KubernetesOptions {
+                        service,
+                        port,
+                        ingress_class,
+                    },
+                ),
+            };
+            print!("{text}");
+        }
         TrackingCommand::Remove(DomainArgs { project, hostname }) => {
-            let removed = host.remove_tracking_domain(&project, &hostname)?;
-            if !removed {
-                eprintln!("note: {hostname} was not a tracking domain of {project}");
-            } else {
+            let removed = host.remove_tracking_domain(&project, &hostname, &mut |step| {
+                eprintln!("… {hostname}: {step}")
+            })?;
+            if removed {
                 eprintln!("✓ removed {hostname} from {project}");
+            } else {
+                eprintln!("note: {hostname} was not a tracking domain of {project}");
             }
             print_json(&json!({ "project": project, "hostname": hostname, "removed": removed }));
         }

@@ -5,10 +5,11 @@
 
 use super::operator::check_project;
 use super::{Host, HostError};
-use crate::state::{StateError, TrackingDomain, TrackingSettings};
+use crate::state::{StateError, Step, TrackingDomain, TrackingRoute, TrackingSettings};
 use crate::tracking::challenge::{KEY_LEN, challenge_name, challenge_value};
 use crate::tracking::dns::{self, DnsOptions, DnsReport, ResolverError};
 use crate::tracking::hostname::{self, HostnameError};
+use crate::tracking::ingress::Plan;
 
 /// Why a tracking-domain step cannot run (besides the state's refusals).
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +26,12 @@ pub enum TrackingError {
     IngressTarget(HostnameError),
     #[error(transparent)]
     Resolver(#[from] ResolverError),
+    #[error(
+        "project {project} has no `provider` binding, so {hostname} has nowhere to route; set it with `binding set --project {project} --name provider …`"
+    )]
+    NoProvider { project: String, hostname: String },
+    #[error("apply needs --yes (review the routing with `tracking-domain plan` first)")]
+    NotConfirmed,
 }
 
 /// What `add` hands the operator: the domain and the two records to create.
@@ -187,11 +194,96 @@ impl Host {
         Ok(self.state.tracking_domains(project)?)
     }
 
-    /// `remove` of a domain not yet routed: forgets it. (A routed or
-    /// active one is refused by the state until its later steps are undone.)
-    pub fn remove_tracking_domain(&self, project: &str, hostname: &str) -> Result<bool, HostError> {
+    /// `remove`: undoes the domain's steps in reverse order, one commit
+    /// each (the routing, then the domain), so a process killed in between
+    /// resumes where it stopped when run again. `undone` hears each step.
+    /// Answers whether there was a domain.
+    pub fn remove_tracking_domain(
+        &self,
+        project: &str,
+        hostname: &str,
+        undone: &mut dyn FnMut(&str),
+    ) -> Result<bool, HostError> {
         check_project(project)?;
         let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
-        Ok(self.state.delete_tracking_domain(project, &hostname)?)
+        let domain = match self.state.project_tracking_domain(project, &hostname) {
+            Ok(domain) => domain,
+            Err(StateError::Tracking(crate::state::TrackingRefusal::Unknown { .. })) => {
+                return Ok(false);
+            }
+            Err(other) => return Err(other.into()),
+        };
+        if matches!(domain.step, Step::Routed | Step::TlsReady) {
+            self.state.unroute_tracking_domain(project, &hostname)?;
+            undone("routing removed");
+        }
+        let removed = self.state.delete_tracking_domain(project, &hostname)?;
+        undone("domain forgotten");
+        Ok(removed)
+    }
+
+    /// The routes the domains call for: every domain at `verified` or later
+    /// goes to its project's `provider` binding origin.
+    fn desired_routes(&self) -> Result<Vec<TrackingRoute>, HostError> {
+        let bindings = self.state.bindings(None)?;
+        self.state
+            .tracking_domains(None)?
+            .into_iter()
+            .filter(|domain| domain.step >= Step::Verified)
+            .map(|domain| {
+                let origin = bindings
+                    .iter()
+                    .find(|b| b.project_id == domain.project_id && b.name == "provider")
+                    .map(|b| b.origin.trim_end_matches('/').to_string())
+                    .ok_or_else(|| TrackingError::NoProvider {
+                        project: domain.project_id.clone(),
+                        hostname: domain.hostname.clone(),
+                    })?;
+                Ok(TrackingRoute {
+                    hostname: domain.hostname,
+                    project_id: domain.project_id,
+                    provider_origin: origin,
+                })
+            })
+            .collect()
+    }
+
+    /// `plan`: the desired routing as a diff against the applied one.
+    pub fn tracking_plan(&self) -> Result<Plan, HostError> {
+        let applied = self.state.tracking_routes()?.to_vec();
+        Ok(Plan::new(applied, self.desired_routes()?))
+    }
+
+    /// `apply --yes [--plan ID]`: applies the plan (the one with id
+    /// `reviewed`, refusing if the routing moved since) in one commit;
+    /// domains routed for the first time move to `routed`.
+    pub fn apply_tracking_plan(
+        &self,
+        confirmed: bool,
+        reviewed: Option<&str>,
+    ) -> Result<Plan, HostError> {
+        if !confirmed {
+            return Err(TrackingError::NotConfirmed.into());
+        }
+        let plan = self.tracking_plan()?;
+        if let Some(reviewed) = reviewed
+            && reviewed != plan.id
+        {
+            return Err(
+                StateError::Tracking(crate::state::TrackingRefusal::PlanChanged {
+                    reviewed: reviewed.into(),
+                    now: plan.id,
+                })
+                .into(),
+            );
+        }
+        self.state
+            .apply_tracking_routes(&plan.applied, &plan.desired, &plan.id)?;
+        Ok(plan)
+    }
+
+    /// The applied routes (what `serve` and the exports use).
+    pub fn tracking_routes(&self) -> Result<std::sync::Arc<[TrackingRoute]>, HostError> {
+        Ok(self.state.tracking_routes()?)
     }
 }

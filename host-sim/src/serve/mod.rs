@@ -7,12 +7,14 @@
 //! | `/console/…` | the console: sign-in, a page per project with the panel ([`console`]) |
 //! | `/mcp` | the host's MCP server (streamable HTTP): a tool per action of the caller's granted extensions ([`mcp`]) |
 //! | `/healthz` | liveness |
+//! | any path, `Host:` an applied tracking hostname | the tracking ingress: exactly `GET /script.js`, `POST`/`OPTIONS /api/send` forwarded to the provider, everything else 404 ([`ingress`]) |
 //!
 //! Every surface authenticates with the host's bearer tokens and runs
 //! actions through [`Host::invoke`], the same function as the CLI.
 
 mod api;
 mod console;
+mod ingress;
 mod mcp;
 
 use std::net::SocketAddr;
@@ -59,6 +61,8 @@ pub(crate) struct Shared {
     pub host: Arc<Host>,
     pub options: Arc<ServeOptions>,
     pub console: Arc<console::Sessions>,
+    /// The tracking ingress's forwarding client.
+    pub ingress: Option<Arc<reqwest::Client>>,
 }
 
 /// The router of every surface.
@@ -67,6 +71,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
         host: host.clone(),
         options: Arc::new(options),
         console: Arc::new(console::Sessions::default()),
+        ingress: ingress::client().map(Arc::new),
     };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -81,6 +86,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
                 &new_request_id(),
             )
         })
+        .layer(axum::middleware::from_fn_with_state(shared, ingress::route))
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves; in-flight

@@ -41,7 +41,7 @@ pub use error::StateError;
 pub use releases::{NewRelease, StoredRelease};
 pub use settings::ProjectSettings;
 pub use snapshot::InvocationSnapshot;
-pub use tracking::{Step, TrackingDomain, TrackingRefusal, TrackingSettings};
+pub use tracking::{Step, TrackingDomain, TrackingRefusal, TrackingRoute, TrackingSettings};
 
 use changes::{ChangeCounter, VersionedCache};
 use error::Result;
@@ -67,6 +67,9 @@ pub struct State {
     documents: Mutex<VersionedCache<documents::DocumentKey, Option<StoredDocument>>>,
     /// Installed release digests by extension.
     digests: Mutex<VersionedCache<String, Option<String>>>,
+    /// The applied tracking-domain routes (what `serve`'s ingress reads
+    /// per request).
+    routes: Mutex<VersionedCache<(), std::sync::Arc<[TrackingRoute]>>>,
 }
 
 pub fn now_secs() -> i64 {
@@ -112,6 +115,7 @@ impl State {
             snapshots: Mutex::new(VersionedCache::new(MAX_CACHED_SNAPSHOTS)),
             documents: Mutex::new(VersionedCache::new(MAX_CACHED_DOCUMENTS)),
             digests: Mutex::new(VersionedCache::new(MAX_CACHED_SNAPSHOTS)),
+            routes: Mutex::new(VersionedCache::new(1)),
         })
     }
 

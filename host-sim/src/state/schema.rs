@@ -101,6 +101,14 @@ CREATE TABLE tracking_domains (
     updated_at INTEGER NOT NULL
 );
 "#,
+    r#"
+CREATE TABLE tracking_routes (
+    hostname TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL,
+    provider_origin TEXT NOT NULL,
+    applied_at INTEGER NOT NULL
+);
+"#,
 ];
 
 /// Applies the migrations the database has not seen, in one transaction.

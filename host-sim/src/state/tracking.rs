@@ -88,6 +88,10 @@ pub enum TrackingRefusal {
         at: Step,
         needs: Step,
     },
+    #[error(
+        "the routing changed since the plan you reviewed ({reviewed}; now {now}); run `tracking-domain plan` again"
+    )]
+    PlanChanged { reviewed: String, now: String },
     #[error("the stored step `{value}` of {hostname} is not one this host knows")]
     UnknownStep { hostname: String, value: String },
 }
@@ -118,6 +122,31 @@ pub struct TrackingDomain {
     pub checked_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+/// One applied route: requests for `hostname` go to the provider origin
+/// of `project_id` (the two exact paths only, see `tracking::ingress`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct TrackingRoute {
+    pub hostname: String,
+    pub project_id: String,
+    pub provider_origin: String,
+}
+
+fn read_routes(conn: &Connection) -> Result<Vec<TrackingRoute>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT hostname, project_id, provider_origin FROM tracking_routes ORDER BY hostname",
+    )?;
+    let routes = statement
+        .query_map([], |r| {
+            Ok(TrackingRoute {
+                hostname: r.get(0)?,
+                project_id: r.get(1)?,
+                provider_origin: r.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(routes)
 }
 
 const DOMAIN_COLUMNS: &str = "hostname, project_id, step, challenge, ingress_target, dns_report, checked_at, created_at, updated_at";
@@ -374,6 +403,93 @@ impl State {
                 [hostname],
             )?;
             Ok(true)
+        })
+    }
+}
+
+impl State {
+    /// The applied routes, by hostname (cached until the next commit).
+    pub fn tracking_routes(&self) -> Result<std::sync::Arc<[TrackingRoute]>> {
+        self.cached(&self.routes, (), |_, _| {
+            Ok(read_routes(&self.conn())?.into())
+        })
+    }
+
+    /// Replaces the applied routes by `desired`, in one commit, if the
+    /// applied ones are still `reviewed` (what the plan was computed
+    /// against); every domain routed for the first time moves from
+    /// `verified` to `routed`. `plan_id` names both in a refusal.
+    pub fn apply_tracking_routes(
+        &self,
+        reviewed: &[TrackingRoute],
+        desired: &[TrackingRoute],
+        plan_id: &str,
+    ) -> Result<()> {
+        self.write(|tx| {
+            let now_applied = read_routes(tx)?;
+            if now_applied != reviewed {
+                return Err(TrackingRefusal::PlanChanged {
+                    reviewed: plan_id.into(),
+                    now: "the applied routes moved".into(),
+                }
+                .into());
+            }
+            for route in desired {
+                let domain = project_domain(tx, &route.project_id, &route.hostname)?;
+                if domain.step < Step::Verified {
+                    return Err(TrackingRefusal::OutOfOrder {
+                        hostname: route.hostname.clone(),
+                        at: domain.step,
+                        needs: Step::Verified,
+                    }
+                    .into());
+                }
+            }
+            tx.execute("DELETE FROM tracking_routes", [])?;
+            let now = now_secs();
+            for route in desired {
+                tx.execute(
+                    "INSERT INTO tracking_routes (hostname, project_id, provider_origin, applied_at)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    params![route.hostname, route.project_id, route.provider_origin, now],
+                )?;
+                tx.execute(
+                    "UPDATE tracking_domains SET step = ?2, updated_at = ?3
+                     WHERE hostname = ?1 AND step = ?4",
+                    params![
+                        route.hostname,
+                        Step::Routed.as_str(),
+                        now,
+                        Step::Verified.as_str()
+                    ],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `remove`'s undoing of the routing, in one commit: the route goes and
+    /// the domain steps back from `routed` or `tls-ready` to `verified`.
+    pub fn unroute_tracking_domain(&self, project: &str, hostname: &str) -> Result<()> {
+        self.write(|tx| {
+            let domain = project_domain(tx, project, hostname)?;
+            if !matches!(domain.step, Step::Routed | Step::TlsReady) {
+                return Err(TrackingRefusal::OutOfOrder {
+                    hostname: hostname.into(),
+                    at: domain.step,
+                    needs: Step::Routed,
+                }
+                .into());
+            }
+            tx.execute(
+                "DELETE FROM tracking_routes WHERE hostname = ?1",
+                [hostname],
+            )?;
+            tx.execute(
+                "UPDATE tracking_domains SET step = ?2, updated_at = ?3 WHERE hostname = ?1",
+                params![hostname, Step::Verified.as_str(), now_secs()],
+            )?;
+            Ok(())
         })
     }
 }

@@ -1,0 +1,177 @@
+//! The tracking-domain ingress of `serve`: a request whose `Host` is an
+//! applied tracking hostname never reaches the other surfaces. If it is one
+//! of the exposed requests (`tracking::ingress::exposes`, matched exactly
+//! on the raw path) it is forwarded to the route's provider origin with the
+//! visitor's User-Agent and address (`X-Forwarded-For`) and nothing that
+//! authenticates (no provider secret, no cookie, no `Authorization`);
+//! anything else is 404 without a request to the provider.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::{Shared, error_response, new_request_id};
+use crate::state::TrackingRoute;
+use crate::tracking::hostname::host_of;
+use crate::tracking::ingress::exposes;
+
+/// The largest body forwarded to `/api/send` (a page view is well under 4 KiB).
+const MAX_BODY: usize = 64 * 1024;
+
+/// Request headers passed on to the provider, besides `X-Forwarded-For`.
+const FORWARDED_REQUEST: &[HeaderName] = &[
+    header::USER_AGENT,
+    header::CONTENT_TYPE,
+    header::ACCEPT,
+    header::ACCEPT_LANGUAGE,
+    header::ORIGIN,
+    header::REFERER,
+    header::ACCESS_CONTROL_REQUEST_METHOD,
+    header::ACCESS_CONTROL_REQUEST_HEADERS,
+];
+
+/// Response headers passed back to the visitor.
+const FORWARDED_RESPONSE: &[HeaderName] = &[
+    header::CONTENT_TYPE,
+    header::CACHE_CONTROL,
+    header::ETAG,
+    header::LAST_MODIFIED,
+    header::ACCESS_CONTROL_ALLOW_ORIGIN,
+    header::ACCESS_CONTROL_ALLOW_METHODS,
+    header::ACCESS_CONTROL_ALLOW_HEADERS,
+    header::ACCESS_CONTROL_MAX_AGE,
+    header::VARY,
+];
+
+/// The client that forwards: no redirects followed, no proxy, a deadline.
+pub(crate) fn client() -> Option<reqwest::Client> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .inspect_err(|e| tracing::error!(error = %e, "the tracking ingress has no HTTP client"))
+        .ok()
+}
+
+/// The middleware in front of every surface.
+pub(crate) async fn route(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    let Some(route) = tracking_route(&shared, request.headers()) else {
+        return next.run(request).await;
+    };
+    let raw_path = request.uri().path().to_string();
+    if !exposes(request.method().as_str(), &raw_path) {
+        return not_exposed();
+    }
+    let Some(client) = &shared.ingress else {
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the tracking ingress cannot forward (see the host log)",
+            &new_request_id(),
+        );
+    };
+    forward(client, &route, request).await
+}
+
+fn tracking_route(shared: &Shared, headers: &HeaderMap) -> Option<TrackingRoute> {
+    let host = host_of(headers.get(header::HOST)?.to_str().ok()?);
+    let routes = match shared.host.tracking_routes() {
+        Ok(routes) => routes,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the tracking routes");
+            return None;
+        }
+    };
+    routes.iter().find(|r| r.hostname == host).cloned()
+}
+
+fn not_exposed() -> Response {
+    error_response(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "a tracking domain serves only GET /script.js and POST /api/send",
+        &new_request_id(),
+    )
+}
+
+async fn forward(client: &reqwest::Client, route: &TrackingRoute, request: Request) -> Response {
+    let visitor = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| address.ip().to_string());
+    let (parts, body) = request.into_parts();
+    let Ok(body) = to_bytes(body, MAX_BODY).await else {
+        return error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the body is larger than a page view",
+            &new_request_id(),
+        );
+    };
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let url = format!("{}{}{query}", route.provider_origin, parts.uri.path());
+    let mut outgoing = client.request(parts.method.clone(), &url);
+    for name in FORWARDED_REQUEST {
+        for value in parts.headers.get_all(name) {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    let earlier = parts
+        .headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let forwarded_for = match (earlier.is_empty(), visitor) {
+        (false, Some(visitor)) => format!("{earlier}, {visitor}"),
+        (true, Some(visitor)) => visitor,
+        (_, None) => earlier,
+    };
+    if !forwarded_for.is_empty() {
+        outgoing = outgoing.header("x-forwarded-for", forwarded_for);
+    }
+    if parts.method != axum::http::Method::GET {
+        outgoing = outgoing.body(body);
+    }
+    let answer = match outgoing.send().await {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::warn!(hostname = %route.hostname, error = %e.without_url(), "the provider did not answer");
+            return error_response(
+                StatusCode::BAD_GATEWAY,
+                "bad_gateway",
+                "the analytics provider did not answer",
+                &new_request_id(),
+            );
+        }
+    };
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut headers = HeaderMap::new();
+    for name in FORWARDED_RESPONSE {
+        for value in answer.headers().get_all(name) {
+            if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+                headers.append(name.clone(), value);
+            }
+        }
+    }
+    match answer.bytes().await {
+        Ok(bytes) => (status, headers, Body::from(bytes)).into_response(),
+        Err(_) => error_response(
+            StatusCode::BAD_GATEWAY,
+            "bad_gateway",
+            "the analytics provider's answer broke off",
+            &new_request_id(),
+        ),
+    }
+}
