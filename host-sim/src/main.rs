@@ -28,6 +28,7 @@ mod exit {
     pub const LIMIT: u8 = 6;
     pub const DNS_NOT_VERIFIED: u8 = 7;
     pub const DNS_RETRY: u8 = 8;
+    pub const TLS_TIMEOUT: u8 = 9;
 }
 
 const EXIT_CODES: &str = "Exit codes:
@@ -41,7 +42,8 @@ const EXIT_CODES: &str = "Exit codes:
   5  invalid input (invoke)
   6  a sandbox limit stopped the invocation (invoke)
   7  a DNS record is missing or wrong (tracking-domain verify)
-  8  a DNS lookup failed, retry later (tracking-domain verify)";
+  8  a DNS lookup failed, retry later (tracking-domain verify)
+  9  no valid certificate before the timeout (tracking-domain wait-tls)";
 
 #[derive(Parser)]
 #[command(
@@ -207,6 +209,12 @@ fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
                     exit::FAILED
                 }
                 CliError::Host(HostError::Tracking(host_sim::TrackingError::NotConfirmed)) => {
+                    exit::USAGE
+                }
+                CliError::Host(HostError::Tracking(host_sim::TrackingError::TlsTimeout(_))) => {
+                    exit::TLS_TIMEOUT
+                }
+                CliError::Host(HostError::Tracking(host_sim::TrackingError::TlsSetup(_))) => {
                     exit::USAGE
                 }
                 CliError::Host(

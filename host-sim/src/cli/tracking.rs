@@ -10,6 +10,7 @@ use clap::{Args, Subcommand};
 use host_sim::Host;
 use host_sim::tracking::dns::{DnsOptions, DnsReport, RecordCheck};
 use host_sim::tracking::ingress;
+use host_sim::tracking::tls::TlsOptions;
 use serde_json::json;
 
 use crate::{CliError, exit, print_json};
@@ -78,6 +79,34 @@ pub(crate) enum TrackingCommand {
         /// The id `plan` printed; refused if the plan changed since.
         #[arg(long)]
         plan: Option<String>,
+    },
+    /// Step 4: wait until HOSTNAME serves a valid certificate.
+    ///
+    /// Repeats a TLS handshake to HOSTNAME:443 (or --address/--port) until
+    /// the certificate chains to the roots (--roots PEM, or Mozilla's), is
+    /// valid for the hostname and stays valid --min-validity-days more.
+    /// Shows each failed attempt's reason; then moves the domain to
+    /// `tls-ready`. Exit 9 with the last reason when --timeout passes.
+    WaitTls {
+        #[command(flatten)]
+        domain: DomainArgs,
+        /// Give up after this long, e.g. `90s`, `10m`.
+        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        timeout: Duration,
+        /// Time between attempts, e.g. `5s`.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        interval: Duration,
+        /// Connect here instead of the hostname's addresses (IP:PORT).
+        #[arg(long)]
+        address: Option<SocketAddr>,
+        #[arg(long, default_value_t = 443)]
+        port: u16,
+        /// Trusted roots, a PEM bundle [default: Mozilla's roots].
+        #[arg(long)]
+        roots: Option<std::path::PathBuf>,
+        /// Days the certificate must stay valid.
+        #[arg(long, default_value_t = 7)]
+        min_validity_days: u64,
     },
     /// Print the applied routing for a real edge: an nginx server block per
     /// hostname (`location =`, raw-URI and method checks) or a Kubernetes
@@ -238,6 +267,43 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
             );
             print_json(&json!(applied));
         }
+        TrackingCommand::WaitTls {
+            domain,
+            timeout,
+            interval,
+            address,
+            port,
+            roots,
+            min_validity_days,
+        } => {
+            let options = TlsOptions {
+                address,
+                port,
+                roots,
+                min_validity: Duration::from_secs(min_validity_days * 86400),
+                attempt_timeout: interval.clamp(Duration::from_secs(1), Duration::from_secs(10)),
+            };
+            eprintln!(
+                "… waiting up to {}s for a valid certificate on {}",
+                timeout.as_secs(),
+                domain.hostname
+            );
+            let attempts = host.wait_tls(
+                &domain.project,
+                &domain.hostname,
+                &options,
+                timeout,
+                interval,
+                &mut |attempt, reason| eprintln!("… attempt {attempt}: {reason}"),
+            )?;
+            eprintln!(
+                "✓ {} serves a valid certificate (attempt {attempts}); next: tracking-domain activate",
+                domain.hostname
+            );
+            print_json(
+                &json!({ "hostname": domain.hostname, "tls": "valid", "attempts": attempts }),
+            );
+        }
         TrackingCommand::Export { format } => {
             let routes = host.tracking_routes()?;
             let text = match format {
@@ -279,6 +345,28 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `250ms`, `5s`, `10m`, `1h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not like 250ms, 5s, 10m or 1h"))?;
+    let duration = match unit {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(format!("`{text}`: the unit is one of ms, s, m, h")),
+    };
+    if duration.is_zero() {
+        return Err("the duration must be positive".into());
+    }
+    Ok(duration)
 }
 
 fn record_line(record: &RecordCheck) -> String {

@@ -10,6 +10,7 @@ use crate::tracking::challenge::{KEY_LEN, challenge_name, challenge_value};
 use crate::tracking::dns::{self, DnsOptions, DnsReport, ResolverError};
 use crate::tracking::hostname::{self, HostnameError};
 use crate::tracking::ingress::Plan;
+use crate::tracking::tls::{self, TlsCheck, TlsOptions, TlsSetupError, TlsTimeout};
 
 /// Why a tracking-domain step cannot run (besides the state's refusals).
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,10 @@ pub enum TrackingError {
     NoProvider { project: String, hostname: String },
     #[error("apply needs --yes (review the routing with `tracking-domain plan` first)")]
     NotConfirmed,
+    #[error(transparent)]
+    TlsSetup(#[from] TlsSetupError),
+    #[error(transparent)]
+    TlsTimeout(#[from] TlsTimeout),
 }
 
 /// What `add` hands the operator: the domain and the two records to create.
@@ -285,5 +290,42 @@ impl Host {
     /// The applied routes (what `serve` and the exports use).
     pub fn tracking_routes(&self) -> Result<std::sync::Arc<[TrackingRoute]>, HostError> {
         Ok(self.state.tracking_routes()?)
+    }
+
+    /// `wait-tls`: repeats a TLS handshake with the routed hostname until
+    /// the served certificate chains to the roots, is valid for the
+    /// hostname and not near expiry, then moves the domain from `routed` to
+    /// `tls-ready` (a domain already past it is only checked). `progress`
+    /// hears each failed attempt. Answers the number of attempts.
+    pub fn wait_tls(
+        &self,
+        project: &str,
+        hostname: &str,
+        options: &TlsOptions,
+        timeout: std::time::Duration,
+        interval: std::time::Duration,
+        progress: &mut dyn FnMut(u32, &str),
+    ) -> Result<u32, HostError> {
+        check_project(project)?;
+        let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
+        let domain = self.state.project_tracking_domain(project, &hostname)?;
+        if domain.step < Step::Routed {
+            return Err(
+                StateError::Tracking(crate::state::TrackingRefusal::OutOfOrder {
+                    hostname,
+                    at: domain.step,
+                    needs: Step::Routed,
+                })
+                .into(),
+            );
+        }
+        let check = TlsCheck::new(&hostname, options).map_err(TrackingError::from)?;
+        let attempts =
+            tls::wait(&check, timeout, interval, progress).map_err(TrackingError::from)?;
+        if domain.step == Step::Routed {
+            self.state
+                .advance_tracking_domain(project, &hostname, Step::Routed, Step::TlsReady)?;
+        }
+        Ok(attempts)
     }
 }

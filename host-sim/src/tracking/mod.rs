@@ -2,10 +2,12 @@
 //! project's own tracking hostname (`host-sim tracking-domain …`) against
 //! the outside world. Which hostnames qualify ([`hostname`]), the
 //! project-bound TXT challenge ([`challenge`]), the DNS verification
-//! ([`dns`]) and the reviewed routing with its exports ([`ingress`]). The flow's steps are stored by `state::tracking`; the host
+//! ([`dns`]) and the reviewed routing with its exports ([`ingress`]) and the TLS
+//! check of the served certificate ([`tls`]). The flow's steps are stored by `state::tracking`; the host
 //! facade runs them in order.
 
 pub mod challenge;
 pub mod dns;
 pub mod hostname;
 pub mod ingress;
+pub mod tls;
