@@ -4,122 +4,19 @@
 //! appears after a delay ends the wait; one that never does times out with
 //! the last reason (exit code 9 from the CLI).
 
-use std::net::{SocketAddr, TcpListener};
+mod common;
+
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
+use common::tls::{Ca, tls_server};
 use time::OffsetDateTime;
 
 use host_sim::tracking::tls::{TlsCheck, TlsOptions, wait};
 
 const HOSTNAME: &str = "track.shop.example";
-
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        Ca { cert, key }
-    }
-
-    fn pem_file(&self, dir: &Path) -> std::path::PathBuf {
-        let path = dir.join("roots.pem");
-        std::fs::write(&path, self.cert.pem()).unwrap();
-        path
-    }
-
-    /// A leaf for `name`, valid from `not_before` to `not_after`.
-    fn leaf(
-        &self,
-        name: &str,
-        not_before: OffsetDateTime,
-        not_after: OffsetDateTime,
-    ) -> Arc<CertifiedKey> {
-        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
-        params.not_before = not_before;
-        params.not_after = not_after;
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
-        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let signing = rustls::crypto::ring::sign::any_supported_type(&der).unwrap();
-        Arc::new(CertifiedKey::new(
-            vec![
-                cert.der().clone(),
-                CertificateDer::from(self.cert.der().to_vec()),
-            ],
-            signing,
-        ))
-    }
-
-    fn valid_leaf(&self, name: &str) -> Arc<CertifiedKey> {
-        let now = OffsetDateTime::now_utc();
-        self.leaf(
-            name,
-            now - time::Duration::days(1),
-            now + time::Duration::days(90),
-        )
-    }
-}
-
-/// Serves whatever certificate is current, swappable while it runs.
-#[derive(Debug)]
-struct Current(Mutex<Arc<CertifiedKey>>);
-
-impl ResolvesServerCert for Current {
-    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.lock().unwrap().clone())
-    }
-}
-
-/// A TLS server on 127.0.0.1 that completes handshakes and hangs up.
-fn tls_server(first: Arc<CertifiedKey>) -> (SocketAddr, Arc<Current>) {
-    let current = Arc::new(Current(Mutex::new(first)));
-    let config = Arc::new(
-        rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_cert_resolver(current.clone()),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let config = config.clone();
-            std::thread::spawn(move || {
-                let mut stream = stream;
-                stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
-                let Ok(mut connection) = rustls::ServerConnection::new(config) else {
-                    return;
-                };
-                while connection.is_handshaking() {
-                    if connection.complete_io(&mut stream).is_err() {
-                        return;
-                    }
-                }
-                let _ = connection.complete_io(&mut stream);
-            });
-        }
-    });
-    (address, current)
-}
 
 fn options(address: SocketAddr, roots: &Path) -> TlsOptions {
     TlsOptions {

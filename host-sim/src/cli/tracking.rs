@@ -108,6 +108,12 @@ pub(crate) enum TrackingCommand {
         #[arg(long, default_value_t = 7)]
         min_validity_days: u64,
     },
+    /// Step 5: make the tracking hostname the project's public
+    /// `tracking_origin` (`https://HOSTNAME`; a new runtime generation), so
+    /// the configuration's script loads from it and sends to it
+    /// (`data-host-url`); the dashboard link stays on the provider. Needs
+    /// the domain at `tls-ready`.
+    Activate(DomainArgs),
     /// Print the applied routing for a real edge: an nginx server block per
     /// hostname (`location =`, raw-URI and method checks) or a Kubernetes
     /// Ingress (`pathType: Exact`).
@@ -115,8 +121,9 @@ pub(crate) enum TrackingCommand {
         #[command(subcommand)]
         format: ExportFormat,
     },
-    /// Undo a tracking domain's steps in reverse order (routing, then the
-    /// domain); a run that was interrupted resumes when run again.
+    /// Undo a tracking domain's steps in reverse order (activation, routing,
+    /// then the domain), one commit each; a run that was interrupted
+    /// resumes when run again.
     Remove(DomainArgs),
 }
 
@@ -302,6 +309,15 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
             );
             print_json(
                 &json!({ "hostname": domain.hostname, "tls": "valid", "attempts": attempts }),
+            );
+        }
+        TrackingCommand::Activate(DomainArgs { project, hostname }) => {
+            let origin = host.activate_tracking_domain(&project, &hostname)?;
+            eprintln!(
+                "✓ {project}'s tracking script now loads from {origin} (new runtime generation); the dashboard stays on the provider"
+            );
+            print_json(
+                &json!({ "project": project, "hostname": hostname, "tracking_origin": origin, "step": "active" }),
             );
         }
         TrackingCommand::Export { format } => {

@@ -218,7 +218,13 @@ impl Host {
             }
             Err(other) => return Err(other.into()),
         };
-        if matches!(domain.step, Step::Routed | Step::TlsReady) {
+        let mut step = domain.step;
+        if step == Step::Active {
+            self.state.deactivate_tracking_domain(project, &hostname)?;
+            undone("activation undone: tracking_origin cleared");
+            step = Step::TlsReady;
+        }
+        if matches!(step, Step::Routed | Step::TlsReady) {
             self.state.unroute_tracking_domain(project, &hostname)?;
             undone("routing removed");
         }
@@ -327,5 +333,21 @@ impl Host {
                 .advance_tracking_domain(project, &hostname, Step::Routed, Step::TlsReady)?;
         }
         Ok(attempts)
+    }
+
+    /// `activate`: sets the project's public `tracking_origin` to
+    /// `https://<hostname>` (bumping its runtime generations) and moves the
+    /// domain from `tls-ready` to `active`, in one commit. Answers the origin.
+    pub fn activate_tracking_domain(
+        &self,
+        project: &str,
+        hostname: &str,
+    ) -> Result<String, HostError> {
+        check_project(project)?;
+        let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
+        let origin = format!("https://{hostname}");
+        self.state
+            .activate_tracking_domain(project, &hostname, &origin)?;
+        Ok(origin)
     }
 }

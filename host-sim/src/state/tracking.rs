@@ -7,6 +7,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
+use super::access::bump_project;
 use super::error::{Result, StateError};
 use super::{State, now_secs};
 
@@ -468,6 +469,31 @@ impl State {
         })
     }
 
+    /// `activate`: in one commit, the domain moves from `tls-ready` to
+    /// `active` and the project's `tracking_origin` becomes `origin`
+    /// (bumping the project's runtime generations).
+    pub fn activate_tracking_domain(
+        &self,
+        project: &str,
+        hostname: &str,
+        origin: &str,
+    ) -> Result<()> {
+        self.write(|tx| {
+            advance(tx, project, hostname, Step::TlsReady, Step::Active)?;
+            set_origin(tx, project, Some(origin))
+        })
+    }
+
+    /// `remove`'s first undo, in one commit: back from `active` to
+    /// `tls-ready`, and the project's `tracking_origin` cleared (bumping
+    /// its generations).
+    pub fn deactivate_tracking_domain(&self, project: &str, hostname: &str) -> Result<()> {
+        self.write(|tx| {
+            advance(tx, project, hostname, Step::Active, Step::TlsReady)?;
+            set_origin(tx, project, None)
+        })
+    }
+
     /// `remove`'s undoing of the routing, in one commit: the route goes and
     /// the domain steps back from `routed` or `tls-ready` to `verified`.
     pub fn unroute_tracking_domain(&self, project: &str, hostname: &str) -> Result<()> {
@@ -492,6 +518,15 @@ impl State {
             Ok(())
         })
     }
+}
+
+fn set_origin(tx: &Transaction<'_>, project: &str, origin: Option<&str>) -> Result<()> {
+    tx.execute(
+        "INSERT INTO projects (project_id, tracking_origin) VALUES (?1, ?2)
+         ON CONFLICT (project_id) DO UPDATE SET tracking_origin = excluded.tracking_origin",
+        params![project, origin],
+    )?;
+    bump_project(tx, project)
 }
 
 /// The settings row with a challenge key, created if missing; answers the key.

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod guest;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
