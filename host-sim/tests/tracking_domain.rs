@@ -439,6 +439,32 @@ fn the_cli_prints_the_records_and_verify_exits_by_what_dns_said() {
     assert!(stderr.contains("step verified"), "{stderr}");
     assert!(stderr.contains("CNAME track.shop.example"), "{stderr}");
 
+    // The challenge key never leaves the state: no output of any step shows it.
+    let key: Vec<u8> = rusqlite::Connection::open(state.join("host-sim.sqlite3"))
+        .unwrap()
+        .query_row("SELECT challenge_key FROM tracking_settings", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let key_hex = hex::encode(&key);
+    for args in [
+        &["tracking-domain", "status"][..],
+        &["tracking-domain", "configure"][..],
+        &["tracking-domain", "plan"][..],
+    ] {
+        let out = cli(state, args);
+        let shown = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !shown.contains(&key_hex),
+            "{args:?} shows the challenge key"
+        );
+    }
+    assert!(!String::from_utf8_lossy(&added.stdout).contains(&key_hex));
+
     for (step, checks) in [
         ("add", "not the apex of its domain"),
         ("verify", "lookup failed (SERVFAIL, timeout"),
