@@ -79,6 +79,79 @@ pub enum Handoff {
 pub struct Envelope<'a> {
     pub email_id: i64,
     pub message_id: &'a str,
+    /// Signs the message when given (the sending domain's key).
+    pub dkim: Option<&'a DkimSigning>,
+}
+
+/// The headers a DKIM signature covers (those present in the message).
+const DKIM_SIGNED_HEADERS: &[&str] = &[
+    "From",
+    "To",
+    "Cc",
+    "Reply-To",
+    "Subject",
+    "Date",
+    "Message-ID",
+    "MIME-Version",
+    "Content-Type",
+];
+
+/// A sending domain's DKIM key, ready to sign (RSA-SHA256 with mail-auth).
+/// Its `Debug` never shows the key.
+pub struct DkimSigning {
+    domain: String,
+    selector: String,
+    /// PKCS#1 DER of the private key.
+    key: Vec<u8>,
+}
+
+impl fmt::Debug for DkimSigning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DkimSigning")
+            .field("domain", &self.domain)
+            .field("selector", &self.selector)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+impl DkimSigning {
+    /// From the stored PKCS#8 DER (base64). The error never contains the key.
+    pub fn from_pkcs8_base64(domain: &str, selector: &str, der_b64: &str) -> Result<Self, String> {
+        use base64::Engine;
+        use rsa::pkcs1::EncodeRsaPrivateKey;
+        use rsa::pkcs8::DecodePrivateKey;
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(der_b64)
+            .map_err(|_| format!("the DKIM key of {domain} is not valid base64"))?;
+        let key = rsa::RsaPrivateKey::from_pkcs8_der(&der)
+            .map_err(|_| format!("the DKIM key of {domain} is not a PKCS#8 RSA key"))?;
+        let pkcs1 = key
+            .to_pkcs1_der()
+            .map_err(|_| format!("the DKIM key of {domain} cannot be encoded"))?;
+        Ok(DkimSigning {
+            domain: domain.to_string(),
+            selector: selector.to_string(),
+            key: pkcs1.as_bytes().to_vec(),
+        })
+    }
+
+    /// The message with a `DKIM-Signature` header in front.
+    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, String> {
+        use mail_auth::common::crypto::{RsaKey, Sha256};
+        use mail_auth::common::headers::HeaderWriter;
+        let key = RsaKey::<Sha256>::from_pkcs1_der(&self.key)
+            .map_err(|_| format!("the DKIM key of {} cannot be loaded", self.domain))?;
+        let signature = mail_auth::dkim::DkimSigner::from_key(key)
+            .domain(self.domain.clone())
+            .selector(self.selector.clone())
+            .headers(DKIM_SIGNED_HEADERS.iter().copied())
+            .sign(message)
+            .map_err(|e| format!("the message could not be DKIM-signed: {e}"))?;
+        let mut signed = signature.to_header().into_bytes();
+        signed.extend_from_slice(message);
+        Ok(signed)
+    }
 }
 
 /// `Message-ID` derived from the email id so reconciliation can match what
@@ -100,9 +173,16 @@ impl Transport {
             Ok(m) => m,
             Err(detail) => return Handoff::Rejected(detail),
         };
+        let bytes = match envelope.dkim {
+            None => message.formatted(),
+            Some(signing) => match signing.sign(&message.formatted()) {
+                Ok(signed) => signed,
+                Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
+            },
+        };
         match self {
-            Transport::File(dir) => write_file(dir, envelope.email_id, &message).await,
-            Transport::Smtp(config) => smtp_handoff(config, &message).await,
+            Transport::File(dir) => write_file(dir, envelope.email_id, bytes).await,
+            Transport::Smtp(config) => smtp_handoff(config, &message, bytes).await,
         }
     }
 }
@@ -180,8 +260,7 @@ fn build_message(email: &ValidatedEmail, envelope: &Envelope<'_>) -> Result<Mess
 /// a reader never sees half a message; one blocking task for the file-system
 /// calls. The directory is created when it is missing (first message, or
 /// removed since), not checked on every message.
-async fn write_file(dir: &std::path::Path, email_id: i64, message: &Message) -> Handoff {
-    let bytes = message.formatted();
+async fn write_file(dir: &std::path::Path, email_id: i64, bytes: Vec<u8>) -> Handoff {
     let dir = dir.to_path_buf();
     let written = tokio::task::spawn_blocking(move || {
         let tmp = dir.join(format!(".{email_id}.eml.tmp"));
@@ -231,7 +310,7 @@ async fn step<T>(
     }
 }
 
-async fn smtp_handoff(config: &SmtpConfig, message: &Message) -> Handoff {
+async fn smtp_handoff(config: &SmtpConfig, message: &Message, bytes: Vec<u8>) -> Handoff {
     let hello = ClientId::Domain(config.hello_name.clone());
     let tls =
         || TlsParameters::new(config.host.clone()).map_err(|e| format!("TLS setup failed: {e}"));
@@ -284,7 +363,6 @@ async fn smtp_handoff(config: &SmtpConfig, message: &Message) -> Handoff {
             }
             options.push(MailParameter::SmtpUtfEight);
         }
-        let bytes = message.formatted();
         if !bytes.is_ascii() && conn.server_info().supports_feature(Extension::EightBitMime) {
             options.push(MailParameter::Body(MailBodyParameter::EightBitMime));
         }

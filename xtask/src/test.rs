@@ -18,13 +18,13 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    crate::step("[1/7] host-sim's module layers");
+    crate::step("[1/8] host-sim's module layers");
     layers::run()?;
 
     let toolchain = WasmToolchain::detect()?;
-    crate::step(format!("[2/7] {}", toolchain.describe()));
+    crate::step(format!("[2/8] {}", toolchain.describe()));
 
-    crate::step("[3/7] guest components and the signed release");
+    crate::step("[3/8] guest components and the signed release");
     guests::build(&toolchain, &[])?;
     release::run(
         &release::Args {
@@ -35,21 +35,24 @@ pub fn run(args: &Args) -> Result<()> {
     )?;
 
     if args.skip_reproducible {
-        crate::step("[4/7] reproducibility check skipped (--skip-reproducible)");
+        crate::step("[4/8] reproducibility check skipped (--skip-reproducible)");
     } else {
-        crate::step("[4/7] reproducibility of the plugin component");
+        crate::step("[4/8] reproducibility of the plugin component");
         guests::check_reproducible(&toolchain)?;
     }
 
-    crate::step("[5/7] npm packages of the browser and SDK tests");
+    crate::step("[5/8] npm packages of the browser and SDK tests");
     for (dir, package) in NPM_TESTS {
         npm_packages(dir, package)?;
     }
 
-    crate::step("[6/7] cargo-component for the extension template's test");
+    crate::step("[6/8] the DKIM verifier of mail-service's tests (dkimpy)");
+    dkim_verifier()?;
+
+    crate::step("[7/8] cargo-component for the extension template's test");
     cargo_component()?;
 
-    crate::step("[7/7] cargo test --workspace");
+    crate::step("[8/8] cargo test --workspace");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run::checked(
         Command::new(cargo)
@@ -96,6 +99,38 @@ fn cargo_component() -> Result<()> {
             ),
         }
     }
+    Ok(())
+}
+
+/// The pinned requirements of mail-service's DKIM test.
+const DKIM_REQUIREMENTS: &str = "mail-service/tests/dkim/requirements.txt";
+
+/// Installs dkimpy (pinned in `DKIM_REQUIREMENTS`) into `target/dkim-venv`
+/// unless that venv already satisfies them. Without python3 it says so and
+/// goes on: the test then names what is missing (and fails when `CI` is
+/// set; `.ci/run` installs python3 and python3-venv).
+fn dkim_verifier() -> Result<()> {
+    let venv = crate::target_root().join("dkim-venv");
+    let python = venv.join("bin").join("python");
+    let requirements = crate::workspace_root().join(DKIM_REQUIREMENTS);
+    let wanted = std::fs::read_to_string(&requirements)
+        .with_context(|| format!("reading {}", requirements.display()))?;
+    let stamp = venv.join("requirements.installed");
+    if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
+        println!("    dkimpy is installed in {}", venv.display());
+        return Ok(());
+    }
+    if !run::on_path("python3") {
+        println!("    python3 is not installed; mail-service's DKIM test will say so");
+        return Ok(());
+    }
+    run::checked(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    run::checked(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&requirements),
+    )?;
+    std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))?;
     Ok(())
 }
 

@@ -12,6 +12,7 @@ use crate::model::{
     self, DKIM_SELECTOR, DnsRecord, Domain, DomainStatus, RecordStatus, ValidatedEmail,
 };
 use crate::store::{DomainCheck, NewDomain};
+use crate::transport::DkimSigning;
 
 use super::dns::{Found, mx_values, txt_values};
 use super::page::{Page, PageRequest};
@@ -285,6 +286,26 @@ impl MailService {
                 domain: name,
                 detail: "add it (POST /domains) and verify it first".into(),
             }),
+        }
+    }
+
+    /// The signing key of the `from` domain, when the tenant has that
+    /// domain (every email is checked against the sending rule before its
+    /// handoff, so mail reaching here is from a domain that may send).
+    pub(super) async fn dkim_signing(
+        &self,
+        tenant_id: i64,
+        email: &ValidatedEmail,
+    ) -> Result<Option<DkimSigning>, String> {
+        let domain = email.from.email.domain();
+        let name = idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase());
+        match self.store.dkim_key(tenant_id, &name).await {
+            Err(e) => Err(format!("the DKIM key could not be read ({e})")),
+            Ok(None) => Ok(None),
+            Ok(Some(key)) => {
+                DkimSigning::from_pkcs8_base64(&key.name, &key.dkim_selector, &key.dkim_private_key)
+                    .map(Some)
+            }
         }
     }
 

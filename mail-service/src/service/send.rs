@@ -522,9 +522,14 @@ impl MailService {
             }
         };
         let email = remaining.as_deref().unwrap_or(email);
+        let dkim = match self.dkim_signing(tenant_id, email).await {
+            Ok(d) => d,
+            Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
+        };
         let envelope = transport::Envelope {
             email_id: id,
             message_id,
+            dkim: dkim.as_ref(),
         };
         match tokio::time::timeout(
             self.settings.handoff_lease,
