@@ -71,7 +71,13 @@ async fn resend_node_sdk(b: Backend) {
 
     let db = TestDb::new(b);
     let (_, full_key) = common::provision_keys(&db).await;
-    let server = ServerProcess::start(&db.env(), &[]);
+    // Domain verification asks a DNS server on loopback that publishes
+    // nothing, so `domains.verify` gets real (negative) answers at once.
+    let dns = dns_fixture::DnsFixture::start().expect("dns fixture");
+    let server = ServerProcess::start(
+        &db.env(),
+        &[("MAIL_DNS_NAMESERVERS", dns.addr().to_string())],
+    );
     let files = test_files(&dir);
     assert!(
         !files.is_empty(),
