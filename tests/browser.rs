@@ -1,7 +1,11 @@
 //! The customer's flow in a real browser: Debian's chromium, driven by
 //! playwright-core (`tests/browser/console.spec.mjs`), signs in to the
 //! console of `host-sim serve`, sets up website analytics in the sandboxed
-//! panel, sends page views to the provider fake and sees them counted.
+//! panel, sends page views to the provider fake and sees them counted; and
+//! (`tests/browser/tracking_domain.spec.mjs`) a page on the customer's
+//! domain loads the script from the project's tracking hostname, whose edge
+//! is Debian's nginx running the exported routing, and the panel counts the
+//! page view.
 //!
 //! Needs `node`, `/usr/bin/chromium` (or `$CHROMIUM`) and
 //! `tests/browser/node_modules/playwright-core`. `.ci/run` installs the first
@@ -10,11 +14,17 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use dns_fixture::{DnsFixture, Record};
+use host_sim::tracking::dns::DnsOptions;
+use host_sim::tracking::ingress::{self, NginxOptions};
+use host_sim::tracking::tls::TlsOptions;
+use serde_json::json;
 use support::Platform;
 use workspace_tests::workspace_root;
 
@@ -153,5 +163,247 @@ fn customer_sets_up_analytics_in_the_console_and_sees_page_views() {
         png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
         "{} is a real screenshot",
         screenshot.display()
+    );
+}
+
+// ---- the tracking domain ----------------------------------------------------
+
+const TRACKING_PROJECT: &str = "browser-tracking";
+const TRACKING_HOST: &str = "track.shop.example";
+const SHOP_HOST: &str = "www.shop.example";
+const INGRESS_TARGET: &str = "ingress.provider.example";
+
+/// Debian's nginx, stopped when dropped.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs nginx with `server_blocks` in its http block, in `prefix`.
+fn nginx(prefix: &Path, server_blocks: &str, port: u16) -> Nginx {
+    let p = prefix.display().to_string();
+    std::fs::write(prefix.join("tracking.conf"), server_blocks).unwrap();
+    std::fs::write(
+        prefix.join("nginx.conf"),
+        format!(
+            "daemon off;\nmaster_process off;\npid {p}/nginx.pid;\nerror_log {p}/error.log info;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{\n  access_log {p}/access.log;\n  client_body_temp_path {p}/body;\n  \
+             proxy_temp_path {p}/proxy;\n  fastcgi_temp_path {p}/fastcgi;\n  uwsgi_temp_path {p}/uwsgi;\n  \
+             scgi_temp_path {p}/scgi;\n  include {p}/tracking.conf;\n}}\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new("/usr/sbin/nginx")
+        .args(["-p", &p, "-c", &format!("{p}/nginx.conf")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx starts");
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let started = Instant::now();
+    while TcpStream::connect(address).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nginx did not start: {}",
+            std::fs::read_to_string(prefix.join("error.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Nginx(child)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The customer's site: every GET answers a page holding `tag`.
+fn customer_page(tag: String) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let body = format!(
+                "<!doctype html><html><head><title>Shop</title>{tag}</head><body><h1>Shop</h1></body></html>"
+            );
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// A CA and a certificate for the tracking hostname signed by it, as nginx
+/// wants them: `<dir>/<hostname>/fullchain.pem` and `privkey.pem`; answers
+/// the CA's PEM file (the roots for `wait-tls`).
+fn certificates(dir: &Path) -> PathBuf {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "Browser test root");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec![TRACKING_HOST.to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let host_dir = dir.join(TRACKING_HOST);
+    std::fs::create_dir_all(&host_dir).unwrap();
+    std::fs::write(
+        host_dir.join("fullchain.pem"),
+        format!("{}{}", leaf.pem(), ca.pem()),
+    )
+    .unwrap();
+    std::fs::write(host_dir.join("privkey.pem"), leaf_key.serialize_pem()).unwrap();
+    let roots = dir.join("roots.pem");
+    std::fs::write(&roots, ca.pem()).unwrap();
+    roots
+}
+
+#[test]
+fn a_page_view_through_the_tracking_hostname_is_counted_in_the_panel() {
+    let root = workspace_root();
+    let browser_dir = root.join("tests/browser");
+    let mut missing = missing_tools(&browser_dir);
+    if !Path::new("/usr/sbin/nginx").is_file() {
+        missing.push("/usr/sbin/nginx (Debian package nginx)".to_owned());
+    }
+    if !missing.is_empty() {
+        let message = format!(
+            "the tracking-domain browser test needs {}. `.ci/run` installs chromium, nodejs and \
+             nginx with apt-get; `cargo xtask test` runs `npm ci` in tests/browser",
+            missing.join(", ")
+        );
+        assert!(std::env::var_os("CI").is_none(), "CI is set: {message}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n******** SKIPPED the tracking-domain browser test: {message} ********\n"
+        );
+        return;
+    }
+
+    let platform = Platform::start(TRACKING_PROJECT, SECRET, Duration::from_secs(5));
+    let served = platform.serve();
+    let host = &platform.host;
+    let provisioned = platform.invoke(
+        "analytics.provision",
+        json!({"name": "Shop", "domain": SHOP_HOST}),
+    );
+    provisioned.result.as_ref().expect("provisioned");
+
+    // The operator's flow: add, verify (DNS on loopback), plan and apply.
+    host.configure_tracking(Some(INGRESS_TARGET), None, None)
+        .unwrap();
+    let records = host
+        .add_tracking_domain(TRACKING_PROJECT, TRACKING_HOST)
+        .unwrap();
+    let dns = DnsFixture::start().unwrap();
+    dns.set(&records.txt_name, [Record::txt(&records.txt_value)]);
+    dns.set(TRACKING_HOST, [Record::cname(INGRESS_TARGET)]);
+    let (_, report) = host
+        .verify_tracking_domain(
+            TRACKING_PROJECT,
+            TRACKING_HOST,
+            &DnsOptions {
+                nameservers: vec![dns.addr()],
+                timeout: Duration::from_secs(2),
+            },
+        )
+        .unwrap();
+    assert!(report.verified(), "{report:?}");
+    let plan = host.tracking_plan().unwrap();
+    host.apply_tracking_plan(true, Some(&plan.id)).unwrap();
+
+    // The edge: nginx with the exported routing, TLS from the test's CA.
+    let edge = tempfile::tempdir().unwrap();
+    let roots = certificates(edge.path());
+    let edge_port = free_port();
+    let exported = ingress::nginx(
+        &host.tracking_routes().unwrap(),
+        &NginxOptions {
+            listen: format!("127.0.0.1:{edge_port} ssl"),
+            certificate_dir: edge.path().display().to_string(),
+        },
+    );
+    let _nginx = nginx(edge.path(), &exported, edge_port);
+    host.wait_tls(
+        TRACKING_PROJECT,
+        TRACKING_HOST,
+        &TlsOptions {
+            address: Some(SocketAddr::from(([127, 0, 0, 1], edge_port))),
+            roots: Some(roots),
+            ..TlsOptions::default()
+        },
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        &mut |_, _| {},
+    )
+    .expect("the edge serves the certificate");
+    let origin = host
+        .activate_tracking_domain(TRACKING_PROJECT, TRACKING_HOST)
+        .unwrap();
+    assert_eq!(origin, format!("https://{TRACKING_HOST}"));
+
+    let configuration = platform.invoke("analytics.configuration", json!({}));
+    let tag = configuration.result.as_ref().expect("the configuration")["tracking_script"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        tag.contains(&format!("src=\"{origin}/script.js\"")),
+        "{tag}"
+    );
+    let page_port = customer_page(tag);
+
+    let (status, stdout, stderr) = run_with_limit(
+        Command::new("node")
+            .arg(browser_dir.join("tracking_domain.spec.mjs"))
+            .current_dir(root)
+            .env("PAGE_URL", format!("http://{SHOP_HOST}:{page_port}/"))
+            .env("TRACKING_ORIGIN", &origin)
+            .env(
+                "RESOLVER_RULES",
+                format!("MAP {SHOP_HOST} 127.0.0.1, MAP {TRACKING_HOST} 127.0.0.1:{edge_port}"),
+            )
+            .env("CONSOLE_URL", format!("{}/console", served.base_url))
+            .env("TOKEN", &platform.token)
+            .env("PROJECT", &platform.project)
+            .env("EXPECTED", "1")
+            .env("CHROMIUM", chromium()),
+        NODE_LIMIT,
+    );
+    println!("---- node tests/browser/tracking_domain.spec.mjs ----\n{stdout}{stderr}");
+    assert_eq!(
+        status,
+        Some(0),
+        "the tracking-domain browser test failed (exit {status:?}):\n{stderr}"
+    );
+    let events = platform.fake.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].url, "/");
+    assert!(!stdout.contains(&platform.secret) && !stderr.contains(&platform.secret));
+    let access_log = std::fs::read_to_string(edge.path().join("access.log")).unwrap();
+    assert!(
+        access_log.contains("GET /script.js") && access_log.contains("POST /api/send"),
+        "the browser went through the edge: {access_log}"
     );
 }
