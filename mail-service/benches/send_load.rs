@@ -188,6 +188,7 @@ async fn load_raw(
                         tenant_id: tenant,
                         api_key_id: key_id,
                         from_addr: "Bench <bench@example.com>".into(),
+                        from_domain: "example.com".into(),
                         to_addrs: "[\"rcpt@example.com\"]".into(),
                         subject: "Load test".into(),
                         payload: r#"{"from":"Bench <bench@example.com>","subject":"Load test","text":"Hello from the benchmark","to":["rcpt@example.com"]}"#.into(),

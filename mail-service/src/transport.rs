@@ -410,3 +410,31 @@ async fn smtp_handoff(config: &SmtpConfig, message: &Message, bytes: Vec<u8>) ->
     }
     outcome
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+    use rsa::pkcs8::EncodePrivateKey;
+
+    #[test]
+    fn a_signing_key_never_shows_in_debug_or_errors() {
+        let key = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 1024).unwrap();
+        let der = key.to_pkcs8_der().unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_bytes());
+        let signing = DkimSigning::from_pkcs8_base64("shop.example", "mailservice", &b64).unwrap();
+        let shown = format!("{signing:?}");
+        assert!(
+            shown.contains("<redacted>") && !shown.contains(&b64[..40]),
+            "{shown}"
+        );
+        // A broken key is named by its domain, never echoed.
+        let broken = format!("{}AAAA", &b64[..b64.len() / 2]);
+        let err =
+            DkimSigning::from_pkcs8_base64("shop.example", "mailservice", &broken).unwrap_err();
+        assert!(
+            err.contains("shop.example") && !err.contains(&broken[..40]),
+            "{err}"
+        );
+    }
+}

@@ -86,7 +86,7 @@ async fn error_body_on_every_path(b: Backend) {
         ("DELETE", "/emails", Some(app.full_key.as_str())),
         ("PUT", "/emails/1", Some(app.full_key.as_str())),
         ("PUT", "/domains/1/verify", Some(app.full_key.as_str())),
-        ("GET", "/analytics", Some(app.full_key.as_str())),
+        ("POST", "/analytics", Some(app.full_key.as_str())),
         ("PUT", "/suppressions", Some(app.full_key.as_str())),
         ("GET", "/v1/nope", None),
     ];
@@ -281,6 +281,7 @@ async fn openapi_document_matches_the_routes(b: Backend) {
     assert_eq!(
         paths,
         [
+            "/analytics",
             "/domains",
             "/domains/{id}",
             "/domains/{id}/verify",

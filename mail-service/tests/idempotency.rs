@@ -203,6 +203,7 @@ async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
         tenant_id: principal.tenant_id,
         api_key_id: principal.api_key_id,
         from_addr: "billing@acme.test".into(),
+        from_domain: "acme.test".into(),
         to_addrs: "[]".into(),
         subject: "Your invoice".into(),
         payload: body.to_string(),

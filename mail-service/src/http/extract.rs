@@ -12,8 +12,8 @@ use crate::id::{ID_PATTERN, ParsedId, parse_id};
 use crate::model::MAX_BODY_BYTES;
 use crate::model::Permission;
 use crate::service::{
-    BatchValidation, Caller, DomainQuery, EmailQuery, IdempotencyKey, IfMatch, LogQuery,
-    SuppressionQuery,
+    AnalyticsQuery, BatchValidation, Caller, DomainQuery, EmailQuery, IdempotencyKey, IfMatch,
+    LogQuery, SuppressionQuery,
 };
 
 use super::{AuthState, RequestId};
@@ -175,6 +175,24 @@ impl<S: Send + Sync> FromRequestParts<S> for KeyPath {
             .await
             .map_err(|_| Error::validation("path", "is not a valid path segment"))?;
         Ok(KeyPath(segment))
+    }
+}
+
+/// The query of `GET /analytics`: `domain_id`, `days`.
+pub struct AnalyticsQueryParams(pub AnalyticsQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for AnalyticsQueryParams {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        let mut query = AnalyticsQuery::default();
+        read_query(
+            parts,
+            &mut [
+                ("domain_id", &mut query.domain_id),
+                ("days", &mut query.days),
+            ],
+        )?;
+        Ok(AnalyticsQueryParams(query))
     }
 }
 

@@ -2,6 +2,7 @@
 //! rate limit, request log), extractors, thin handlers and the OpenAPI
 //! document.
 
+mod analytics;
 mod domains;
 pub mod error;
 mod extract;
@@ -54,6 +55,7 @@ pub fn router(service: MailService) -> Router {
         .route("/emails/{id}/cancel", post(handlers::cancel_email))
         .route("/logs", get(handlers::list_logs))
         .route("/logs/{id}", get(handlers::get_log))
+        .route("/analytics", get(analytics::analytics))
         .route(
             "/domains",
             post(domains::create_domain).get(domains::list_domains),

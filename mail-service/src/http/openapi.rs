@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, IdEntry};
-use super::{domains, handlers, suppressions};
+use super::{analytics, domains, handlers, suppressions};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,6 +20,7 @@ use super::{domains, handlers, suppressions};
         handlers::cancel_email,
         handlers::list_logs,
         handlers::get_log,
+        analytics::analytics,
         domains::create_domain,
         domains::list_domains,
         domains::get_domain,
@@ -46,6 +47,9 @@ use super::{domains, handlers, suppressions};
         crate::model::Reschedule,
         handlers::LogEntry,
         handlers::List<handlers::LogEntry>,
+        crate::service::Analytics,
+        crate::service::EventCounts,
+        crate::service::DaySeries,
         domains::NewDomainBody,
         domains::DomainResource,
         domains::DomainChanged,

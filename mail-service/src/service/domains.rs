@@ -269,8 +269,7 @@ impl MailService {
         tenant_id: i64,
         email: &ValidatedEmail,
     ) -> Result<(), Error> {
-        let domain = email.from.email.domain();
-        let name = idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase());
+        let name = domain_of(email);
         match self.store.domain_by_name(tenant_id, &name).await? {
             Some(d) if d.may_send() => Ok(()),
             Some(d) => Err(Error::DomainNotVerified {
@@ -297,8 +296,7 @@ impl MailService {
         tenant_id: i64,
         email: &ValidatedEmail,
     ) -> Result<Option<DkimSigning>, String> {
-        let domain = email.from.email.domain();
-        let name = idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase());
+        let name = domain_of(email);
         match self.store.dkim_key(tenant_id, &name).await {
             Err(e) => Err(format!("the DKIM key could not be read ({e})")),
             Ok(None) => Ok(None),
@@ -351,6 +349,12 @@ impl MailService {
                 what: "domain".into(),
             })
     }
+}
+
+/// The sending domain of an email: its `from` domain, lower-case IDNA ASCII.
+pub(super) fn domain_of(email: &ValidatedEmail) -> String {
+    let domain = email.from.email.domain();
+    idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase())
 }
 
 /// Looks every record up at once; the statuses in the records' order.

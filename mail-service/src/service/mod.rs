@@ -6,6 +6,7 @@
 //! `admin` (operator actions and the sweep).
 
 mod admin;
+mod analytics;
 mod auth;
 mod dns;
 mod domains;
@@ -26,6 +27,9 @@ use crate::model::Principal;
 use crate::store::Store;
 use crate::transport::Transport;
 
+pub use analytics::{
+    ANALYTICS_DAYS, ANALYTICS_EVENTS, Analytics, AnalyticsQuery, DaySeries, EventCounts,
+};
 pub use auth::{Begun, Incoming, KEY_PREFIX, RateStatus, hash_key};
 pub use dns::{DnsProtocol, DnsSettings};
 pub use domains::DomainQuery;

@@ -420,6 +420,7 @@ impl MailService {
             tenant_id: caller.principal.tenant_id,
             api_key_id: caller.principal.api_key_id,
             from_addr: email.from.to_string(),
+            from_domain: super::domains::domain_of(email),
             to_addrs: serde_json::to_string(&email.payload.message.to).unwrap_or_default(),
             subject: email.payload.message.subject.clone(),
             payload: serde_json::to_string(&payload).unwrap_or_default(),

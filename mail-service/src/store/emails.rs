@@ -21,16 +21,21 @@ macro_rules! update_email_outcome {
     };
 }
 
-/// PostgreSQL: the emails of a request from arrays ($3..$12) at time $2:
-/// `scheduled` when they have a `scheduled_at`, else `sending` with lease $1.
+/// PostgreSQL: the emails of a request from arrays ($3..$12, and their
+/// sending domains in `$domains`) at time $2: `scheduled` when they have a
+/// `scheduled_at`, else `sending` with lease $1.
 macro_rules! pg_insert_emails {
-    () => {
-        "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at) \
+    ($domains:literal) => {
+        concat!(
+            "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain) \
          SELECT u.id, u.tenant_id, u.api_key_id, CASE WHEN u.scheduled_at IS NULL THEN 'sending' ELSE 'scheduled' END, 1, \
            u.from_addr, u.to_addrs, u.subject, u.payload, u.message_id, u.scheduled_at, u.batch_id, \
-           CASE WHEN u.scheduled_at IS NULL THEN $1::bigint END, $2, $2 \
-         FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[]) \
-         AS u(id, tenant_id, api_key_id, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id)"
+           CASE WHEN u.scheduled_at IS NULL THEN $1::bigint END, $2, $2, u.from_domain \
+         FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[], ",
+            $domains,
+            "::text[]) \
+         AS u(id, tenant_id, api_key_id, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, from_domain)"
+        )
     };
 }
 
@@ -48,9 +53,9 @@ const RESERVE_KEY: &str = "INSERT INTO idempotency_keys (tenant_id, scope, idem_
        completed_at = excluded.completed_at \
      WHERE idempotency_keys.state = 'completed' AND idempotency_keys.completed_at < $11";
 /// One email ($1..$11) in status $4 with lease $12 at time $13.
-const INSERT_EMAIL: &str = "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)";
-const PG_INSERT_EMAILS: &str = pg_insert_emails!();
+const INSERT_EMAIL: &str = "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain) \
+     VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14)";
+const PG_INSERT_EMAILS: &str = pg_insert_emails!("$13");
 /// PostgreSQL: `RESERVE_KEY` (key $13..$15, body $16, email ids $17, replay
 /// cutoff $18, state $19, answer $20 completed at $21, with the emails'
 /// lease $1 and time $2) and the emails in one statement; the emails are
@@ -65,7 +70,7 @@ const PG_RESERVE_AND_INSERT_EMAILS: &str = concat!(
        completed_at = excluded.completed_at \
      WHERE idempotency_keys.state = 'completed' AND idempotency_keys.completed_at < $18 RETURNING 1), \
      e AS (",
-    pg_insert_emails!(),
+    pg_insert_emails!("$22"),
     " WHERE EXISTS (SELECT 1 FROM k)) SELECT count(*) FROM k"
 );
 
@@ -158,7 +163,8 @@ impl Store {
                         e.scheduled_at,
                         e.batch_id,
                         lease,
-                        now
+                        now,
+                        &e.from_domain
                     ],
                 )
             });
@@ -195,8 +201,12 @@ impl Store {
             emails.iter().map(|e| e.scheduled_at).collect::<Vec<_>>(),
             emails.iter().map(|e| e.batch_id).collect::<Vec<_>>()
         ];
+        let domains = params![column(|e| &e.from_domain)];
         match reservation {
-            None => Unit::one(Step::rows(PG_INSERT_EMAILS, values)),
+            None => {
+                values.extend(domains);
+                Unit::one(Step::rows(PG_INSERT_EMAILS, values))
+            }
             Some(r) => {
                 values.extend(params![
                     r.tenant_id,
@@ -209,6 +219,7 @@ impl Store {
                     answered,
                     completed_at
                 ]);
+                values.extend(domains);
                 Unit::one(Step::value(PG_RESERVE_AND_INSERT_EMAILS, values).stop_if_zero())
             }
         }

@@ -33,6 +33,7 @@ use sqlx::{ConnectOptions, Connection};
 use crate::error::Error;
 use crate::model::{ApiKey, EmailStatus, KeyState, Principal, RequestLog, StoredEmail, Tenant};
 
+pub use analytics::DayCount;
 pub use domains::{DkimKey, DomainCheck, NewDomain};
 pub use records::{
     Change, ClaimedEmail, EmailFilter, EmailUpdate, KeyRecord, KeyRef, LogFilter, NewEmail, NewLog,
@@ -106,6 +107,7 @@ macro_rules! on_db {
 }
 
 mod accounts;
+mod analytics;
 mod domains;
 mod emails;
 mod logs;

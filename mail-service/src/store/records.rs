@@ -8,6 +8,8 @@ use crate::model::{EmailPayload, EmailStatus, JsonText, KeyState};
 #[derive(Debug, Clone)]
 pub struct NewEmail {
     pub id: i64,
+    /// The sending domain (lower-case IDNA ASCII), by which analytics count.
+    pub from_domain: String,
     pub tenant_id: i64,
     pub api_key_id: i64,
     pub from_addr: String,
