@@ -120,6 +120,11 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<Caller> {
 pub(crate) async fn invoke(host: &Arc<Host>, caller: Caller, request: InvokeRequest) -> Invocation {
     let host = host.clone();
     let extension = request.extension.clone();
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        return tokio::task::block_in_place(move || host.invoke(&caller, &request));
+    }
     match tokio::task::spawn_blocking(move || host.invoke(&caller, &request)).await {
         Ok(invocation) => invocation,
         Err(join) => {
