@@ -357,7 +357,8 @@ pub(super) fn domain_of(email: &ValidatedEmail) -> String {
     idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase())
 }
 
-/// Looks every record up at once; the statuses in the records' order.
+/// Looks the records up one after the other (each bounded by the DNS
+/// timeout); the statuses in the records' order.
 async fn look_up_records(
     service: &MailService,
     domain: &str,
