@@ -96,13 +96,17 @@ const DKIM_SIGNED_HEADERS: &[&str] = &[
     "Content-Type",
 ];
 
-/// A sending domain's DKIM key, ready to sign (RSA-SHA256 with mail-auth).
-/// Its `Debug` never shows the key.
+/// A sending domain's DKIM signer (RSA-SHA256, mail-auth on ring), built
+/// once from the stored key: parsing and checking an RSA key costs more
+/// than a signature, so the service keeps one per stored key. Its `Debug`
+/// never shows the key.
 pub struct DkimSigning {
     domain: String,
     selector: String,
-    /// PKCS#1 DER of the private key.
-    key: Vec<u8>,
+    signer: mail_auth::dkim::DkimSigner<
+        mail_auth::common::crypto::RsaKey<mail_auth::common::crypto::Sha256>,
+        mail_auth::dkim::Done,
+    >,
 }
 
 impl fmt::Debug for DkimSigning {
@@ -119,33 +123,28 @@ impl DkimSigning {
     /// From the stored PKCS#8 DER (base64). The error never contains the key.
     pub fn from_pkcs8_base64(domain: &str, selector: &str, der_b64: &str) -> Result<Self, String> {
         use base64::Engine;
-        use rsa::pkcs1::EncodeRsaPrivateKey;
-        use rsa::pkcs8::DecodePrivateKey;
+        use mail_auth::common::crypto::{RsaKey, Sha256};
         let der = base64::engine::general_purpose::STANDARD
             .decode(der_b64)
             .map_err(|_| format!("the DKIM key of {domain} is not valid base64"))?;
-        let key = rsa::RsaPrivateKey::from_pkcs8_der(&der)
+        let key = RsaKey::<Sha256>::from_pkcs8_der(&der)
             .map_err(|_| format!("the DKIM key of {domain} is not a PKCS#8 RSA key"))?;
-        let pkcs1 = key
-            .to_pkcs1_der()
-            .map_err(|_| format!("the DKIM key of {domain} cannot be encoded"))?;
+        let signer = mail_auth::dkim::DkimSigner::from_key(key)
+            .domain(domain.to_string())
+            .selector(selector.to_string())
+            .headers(DKIM_SIGNED_HEADERS.iter().copied());
         Ok(DkimSigning {
             domain: domain.to_string(),
             selector: selector.to_string(),
-            key: pkcs1.as_bytes().to_vec(),
+            signer,
         })
     }
 
     /// The message with a `DKIM-Signature` header in front.
     fn sign(&self, message: &[u8]) -> Result<Vec<u8>, String> {
-        use mail_auth::common::crypto::{RsaKey, Sha256};
         use mail_auth::common::headers::HeaderWriter;
-        let key = RsaKey::<Sha256>::from_pkcs1_der(&self.key)
-            .map_err(|_| format!("the DKIM key of {} cannot be loaded", self.domain))?;
-        let signature = mail_auth::dkim::DkimSigner::from_key(key)
-            .domain(self.domain.clone())
-            .selector(self.selector.clone())
-            .headers(DKIM_SIGNED_HEADERS.iter().copied())
+        let signature = self
+            .signer
             .sign(message)
             .map_err(|e| format!("the message could not be DKIM-signed: {e}"))?;
         let mut signed = signature.to_header().into_bytes();
@@ -419,7 +418,8 @@ mod tests {
 
     #[test]
     fn a_signing_key_never_shows_in_debug_or_errors() {
-        let key = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 1024).unwrap();
+        // ring signs with RSA keys of 2048 bits and more.
+        let key = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 2048).unwrap();
         let der = key.to_pkcs8_der().unwrap();
         let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_bytes());
         let signing = DkimSigning::from_pkcs8_base64("shop.example", "mailservice", &b64).unwrap();

@@ -2,6 +2,9 @@
 //! against real DNS, delete; the background re-verification; and the rule
 //! that mail is sent only from a verified domain of the tenant.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use base64::Engine;
 use hickory_resolver::proto::rr::RecordType;
 use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey};
@@ -11,7 +14,7 @@ use crate::error::Error;
 use crate::model::{
     self, DKIM_SELECTOR, DnsRecord, Domain, DomainStatus, RecordStatus, ValidatedEmail,
 };
-use crate::store::{DomainCheck, NewDomain};
+use crate::store::{DkimKey, DomainCheck, NewDomain};
 use crate::transport::DkimSigning;
 
 use super::dns::{Found, mx_values, txt_values};
@@ -295,16 +298,14 @@ impl MailService {
         &self,
         tenant_id: i64,
         email: &ValidatedEmail,
-    ) -> Result<Option<DkimSigning>, String> {
+    ) -> Result<Option<Arc<DkimSigning>>, String> {
         let name = domain_of(email);
-        match self.store.dkim_key(tenant_id, &name).await {
-            Err(e) => Err(format!("the DKIM key could not be read ({e})")),
-            Ok(None) => Ok(None),
-            Ok(Some(key)) => {
-                DkimSigning::from_pkcs8_base64(&key.name, &key.dkim_selector, &key.dkim_private_key)
-                    .map(Some)
-            }
-        }
+        let key = match self.store.dkim_key(tenant_id, &name).await {
+            Err(e) => return Err(format!("the DKIM key could not be read ({e})")),
+            Ok(None) => return Ok(None),
+            Ok(Some(key)) => key,
+        };
+        self.dkim_signers.get_or_build(tenant_id, &key).map(Some)
     }
 
     /// The operator's command for local use: creates the domain if it is
@@ -425,4 +426,53 @@ fn tag(record: &str, name: &str) -> Option<String> {
         let (k, v) = part.split_once('=')?;
         (k.trim() == name).then(|| v.chars().filter(|c| !c.is_whitespace()).collect())
     })
+}
+
+/// The DKIM signers built from stored keys, one per (tenant, domain). An
+/// entry is used only while the stored key and selector are the ones it was
+/// built from, so a domain deleted and added again (a new key) gets a new
+/// signer.
+#[derive(Default)]
+pub(super) struct DkimSigners(std::sync::Mutex<HashMap<(i64, String), CachedSigner>>);
+
+struct CachedSigner {
+    selector: String,
+    stored_key: String,
+    signing: Arc<DkimSigning>,
+}
+
+/// More domains than this in the cache: it starts over (a bound, not a policy).
+const MAX_CACHED_SIGNERS: usize = 4096;
+
+impl DkimSigners {
+    fn get_or_build(&self, tenant_id: i64, key: &DkimKey) -> Result<Arc<DkimSigning>, String> {
+        let id = (tenant_id, key.name.clone());
+        {
+            let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(cached) = cache.get(&id)
+                && cached.selector == key.dkim_selector
+                && cached.stored_key == key.dkim_private_key
+            {
+                return Ok(cached.signing.clone());
+            }
+        }
+        let signing = Arc::new(DkimSigning::from_pkcs8_base64(
+            &key.name,
+            &key.dkim_selector,
+            &key.dkim_private_key,
+        )?);
+        let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= MAX_CACHED_SIGNERS {
+            cache.clear();
+        }
+        cache.insert(
+            id,
+            CachedSigner {
+                selector: key.dkim_selector.clone(),
+                stored_key: key.dkim_private_key.clone(),
+                signing: signing.clone(),
+            },
+        );
+        Ok(signing)
+    }
 }

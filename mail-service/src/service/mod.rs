@@ -104,6 +104,8 @@ pub struct MailService {
     /// scheduler recomputes when to wake.
     scheduler_wake: Arc<tokio::sync::Notify>,
     dns: dns::Dns,
+    /// DKIM signers built once per stored key.
+    dkim_signers: Arc<domains::DkimSigners>,
 }
 
 impl MailService {
@@ -124,6 +126,7 @@ impl MailService {
             settings,
             principals: Arc::default(),
             scheduler_wake: Arc::default(),
+            dkim_signers: Arc::default(),
         })
     }
 

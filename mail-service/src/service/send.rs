@@ -530,7 +530,7 @@ impl MailService {
         let envelope = transport::Envelope {
             email_id: id,
             message_id,
-            dkim: dkim.as_ref(),
+            dkim: dkim.as_deref(),
         };
         match tokio::time::timeout(
             self.settings.handoff_lease,
