@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine;
-use common::{Backend, Resp, TestApp, email};
+use common::{Backend, TestApp, email};
 use dns_fixture::{DnsFixture, Fault, Record};
 use mail_service::clock::Clock;
 use mail_service::service::{DnsProtocol, DnsSettings, Settings};
@@ -30,31 +30,18 @@ async fn app_with_dns(b: Backend, dns: &DnsFixture, protocol: DnsProtocol) -> Te
     TestApp::with(b, None, settings).await
 }
 
-async fn post(app: &TestApp, key: &str, path: &str, body: Value) -> Resp {
-    app.call(
-        "POST",
-        path,
-        Some(key),
-        &[],
-        Some(body.to_string().into_bytes()),
-    )
-    .await
-}
-
 async fn create(app: &TestApp, name: &str) -> Value {
-    let r = post(app, &app.full_key, "/domains", json!({"name": name})).await;
+    let r = app
+        .post(&app.full_key, "/domains", json!({"name": name}))
+        .await;
     r.ok();
     r.body
 }
 
 async fn verify(app: &TestApp, id: &str) -> Value {
-    let r = post(
-        app,
-        &app.full_key,
-        &format!("/domains/{id}/verify"),
-        json!({}),
-    )
-    .await;
+    let r = app
+        .post(&app.full_key, &format!("/domains/{id}/verify"), json!({}))
+        .await;
     r.ok();
     assert_eq!(r.body, json!({"object": "domain", "id": id}));
     app.get(&format!("/domains/{id}")).await.body
@@ -165,13 +152,13 @@ async fn every_endpoint_needs_full_access(b: Backend) {
 async fn a_domain_carries_its_records_and_never_its_private_key(b: Backend) {
     let dns = DnsFixture::start().unwrap();
     let app = app_with_dns(b, &dns, DnsProtocol::UdpAndTcp).await;
-    let d = post(
-        &app,
-        &app.full_key,
-        "/domains",
-        json!({"name": "Bücher.Example", "custom_return_path": "Bounce"}),
-    )
-    .await;
+    let d = app
+        .post(
+            &app.full_key,
+            "/domains",
+            json!({"name": "Bücher.Example", "custom_return_path": "Bounce"}),
+        )
+        .await;
     d.ok();
     let d = d.body;
     assert_eq!(d["object"], "domain");
@@ -230,8 +217,7 @@ async fn a_domain_carries_its_records_and_never_its_private_key(b: Backend) {
     }
 
     // One name is one domain per tenant; bad input names the field.
-    post(
-        &app,
+    app.post(
         &app.full_key,
         "/domains",
         json!({"name": "BÜCHER.example."}),
@@ -266,7 +252,7 @@ async fn a_domain_carries_its_records_and_never_its_private_key(b: Backend) {
             "color: unknown property",
         ),
     ] {
-        let r = post(&app, &app.full_key, "/domains", body.clone()).await;
+        let r = app.post(&app.full_key, "/domains", body.clone()).await;
         r.expect(422, name);
         assert!(r.message().starts_with(field), "{body}: {}", r.message());
     }
@@ -274,7 +260,7 @@ async fn a_domain_carries_its_records_and_never_its_private_key(b: Backend) {
         .await
         .expect(422, "validation_error");
     app.get("/domains/123").await.expect(404, "not_found");
-    post(&app, &app.full_key, "/domains/123/verify", json!({}))
+    app.post(&app.full_key, "/domains/123/verify", json!({}))
         .await
         .expect(404, "not_found");
 

@@ -9,25 +9,9 @@ use common::{Backend, Resp, TestApp, email};
 use mail_service::clock::Clock;
 use serde_json::{Value, json};
 
-async fn post(app: &TestApp, key: &str, path: &str, body: Value) -> Resp {
-    app.call(
-        "POST",
-        path,
-        Some(key),
-        &[],
-        Some(body.to_string().into_bytes()),
-    )
-    .await
-}
-
 async fn suppress(app: &TestApp, address: &str) -> Resp {
-    post(
-        app,
-        &app.full_key,
-        "/suppressions",
-        json!({"email": address}),
-    )
-    .await
+    app.post(&app.full_key, "/suppressions", json!({"email": address}))
+        .await
 }
 
 fn outbox_text(app: &TestApp, id: &str) -> String {
@@ -69,13 +53,13 @@ async fn every_endpoint_needs_full_access(b: Backend) {
 
 async fn one_address_is_one_entry(b: Backend) {
     let app = TestApp::start(b).await;
-    let first = post(
-        &app,
-        &app.full_key,
-        "/suppressions",
-        json!({"email": "Ada@Bücher.Example", "reason": "hard bounce"}),
-    )
-    .await;
+    let first = app
+        .post(
+            &app.full_key,
+            "/suppressions",
+            json!({"email": "Ada@Bücher.Example", "reason": "hard bounce"}),
+        )
+        .await;
     first.expect(200, "");
     assert_eq!(first.body["object"], "suppression");
     assert_eq!(first.body["email"], "Ada@xn--bcher-kva.example");
@@ -150,7 +134,7 @@ async fn one_address_is_one_entry(b: Backend) {
             "body: must be a JSON object",
         ),
     ] {
-        let r = post(&app, &app.full_key, "/suppressions", body.clone()).await;
+        let r = app.post(&app.full_key, "/suppressions", body.clone()).await;
         r.expect(422, name);
         assert!(r.message().starts_with(field), "{body}: {}", r.message());
     }
@@ -381,8 +365,7 @@ async fn the_other_tenant_list_is_not_ours(b: Backend) {
         .create_api_key("globex", "ops", mail_service::model::Permission::FullAccess)
         .await
         .unwrap();
-    post(
-        &app,
+    app.post(
         &other,
         "/suppressions",
         json!({"email": "ada@example.test"}),

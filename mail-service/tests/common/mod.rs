@@ -420,6 +420,18 @@ impl TestApp {
             .await
     }
 
+    /// `POST path` with a JSON body, authenticated with `key`.
+    pub async fn post(&self, key: &str, path: &str, body: Value) -> Resp {
+        self.call(
+            "POST",
+            path,
+            Some(key),
+            &[],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
     /// Messages written by the file transport.
     pub fn outbox_count(&self) -> usize {
         std::fs::read_dir(&self.outbox)
