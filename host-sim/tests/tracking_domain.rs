@@ -438,6 +438,7 @@ fn the_cli_prints_the_records_and_verify_exits_by_what_dns_said() {
     let stderr = String::from_utf8_lossy(&status.stderr);
     assert!(stderr.contains("step verified"), "{stderr}");
     assert!(stderr.contains("CNAME track.shop.example"), "{stderr}");
+    assert!(stderr.contains("TLS: not checked"), "{stderr}");
 
     // The challenge key never leaves the state: no output of any step shows it.
     let key: Vec<u8> = rusqlite::Connection::open(state.join("host-sim.sqlite3"))

@@ -177,7 +177,9 @@ fn add_to_activate_and_remove_resume_after_a_killed_process() {
         format!("https://{HOSTNAME}")
     );
     let status = succeeds(state, &["tracking-domain", "status", "--project", "p1"]);
-    assert!(String::from_utf8_lossy(&status.stderr).contains("step active"));
+    let stderr = String::from_utf8_lossy(&status.stderr);
+    assert!(stderr.contains("step active"), "{stderr}");
+    assert!(stderr.contains("TLS: a valid certificate"), "{stderr}");
 
     // remove, killed after its first commit: the activation is undone, the
     // routing is still there; remove again finishes in reverse order.

@@ -54,8 +54,8 @@ pub(crate) enum TrackingCommand {
         #[command(flatten)]
         dns: DnsArgs,
     },
-    /// Show each tracking domain's step, its records as last verified and
-    /// the command that moves it on.
+    /// Show each tracking domain's step, its records as last verified, its
+    /// TLS state and the command that moves it on.
     Status {
         #[arg(long)]
         project: Option<String>,
@@ -254,6 +254,7 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
                     }
                     None => eprintln!("  DNS: not verified yet"),
                 }
+                eprintln!("  TLS: {}", domain.step.tls_state());
             }
             print_json(&json!(domains));
         }

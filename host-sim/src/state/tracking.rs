@@ -65,6 +65,20 @@ impl Step {
     }
 }
 
+impl Step {
+    /// What the steps say about TLS: `wait-tls` moves a domain from
+    /// `routed` to `tls-ready` only once a valid certificate was served.
+    pub fn tls_state(self) -> &'static str {
+        match self {
+            Step::Added | Step::Verified => "not checked (the hostname is not routed yet)",
+            Step::Routed => "not seen valid yet (run tracking-domain wait-tls)",
+            Step::TlsReady | Step::Active => {
+                "a valid certificate for the hostname was served (checked by wait-tls)"
+            }
+        }
+    }
+}
+
 impl std::fmt::Display for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
