@@ -127,7 +127,14 @@ fn dkim_verifier() -> Result<()> {
     run::checked(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
     run::checked(
         Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+            ])
             .arg(&requirements),
     )?;
     std::fs::write(&stamp, wanted).with_context(|| format!("writing {}", stamp.display()))?;
