@@ -27,26 +27,10 @@
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
 import { chromium } from "playwright-core";
+import { STEP_TIMEOUT_MS, check, log, required } from "./support.mjs";
 
-const STEP_TIMEOUT_MS = 30_000;
 const BROWSER_UA =
   "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0 Safari/537.36";
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) {
-    throw new Error(`environment variable ${name} is not set (see the top of console.spec.mjs)`);
-  }
-  return value;
-}
-
-function check(condition, message) {
-  if (!condition) {
-    throw new Error(message);
-  }
-}
-
-const log = (message) => console.log(`  ✓ ${message}`);
 
 let step = "reading the environment";
 const problems = [];

@@ -18,24 +18,7 @@
 // Exits 0 when every check passed, 1 with one line saying which failed.
 
 import { chromium } from "playwright-core";
-
-const STEP_TIMEOUT_MS = 30_000;
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) {
-    throw new Error(`environment variable ${name} is not set (see the top of tracking_domain.spec.mjs)`);
-  }
-  return value;
-}
-
-function check(condition, message) {
-  if (!condition) {
-    throw new Error(message);
-  }
-}
-
-const log = (message) => console.log(`  ✓ ${message}`);
+import { STEP_TIMEOUT_MS, check, log, required } from "./support.mjs";
 
 let step = "reading the environment";
 let browser;
