@@ -63,9 +63,7 @@ impl Step {
             Step::Active => "nothing: the domain is active",
         }
     }
-}
 
-impl Step {
     /// What the steps say about TLS: `wait-tls` moves a domain from
     /// `routed` to `tls-ready` only once a valid certificate was served.
     pub fn tls_state(self) -> &'static str {
