@@ -77,7 +77,9 @@ impl Writer {
         self.requests
             .send(Request::Run(unit, reply))
             .map_err(|_| closed())?;
-        answer.await.map_err(|_| closed())?
+        // A reply dropped unanswered: the writer gave up on this unit's
+        // group (see `commit_group_or_recover`); nothing of it committed.
+        answer.await.map_err(|_| unavailable())?
     }
 
     /// Lets the queued units finish and closes the write connection.
@@ -145,9 +147,10 @@ fn serve(
                 next = queue.try_recv().ok();
             }
         }
-        if !group.is_empty() && !commit_group(&conn, group) {
-            // The connection is left inside a transaction it cannot end: a
-            // fresh one starts clean.
+        if !group.is_empty() && !commit_group_or_recover(&conn, group) {
+            // The connection is left inside a transaction it cannot end (or
+            // a fault interrupted it): a fresh one starts clean, and dropping
+            // the old one rolls back whatever it had not committed.
             match open(&path, busy_timeout) {
                 Ok(fresh) => conn = fresh,
                 Err(e) => {
@@ -165,6 +168,25 @@ fn serve(
     let _ = checkpoint_thread.join();
     if let Some(done) = closing {
         let _ = done.send(());
+    }
+}
+
+/// `commit_group`, surviving a panic inside it (a bug in a statement's
+/// handling, a fault in the driver): the group's callers, whose replies are
+/// dropped unanswered, get 503 (`Writer::run`), its transaction is never
+/// committed, and the writer goes on with a fresh connection instead of
+/// ending and leaving every later request without storage.
+fn commit_group_or_recover(conn: &Connection, group: Vec<(Unit, Reply)>) -> bool {
+    let units = group.len();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit_group(conn, group))) {
+        Ok(usable) => usable,
+        Err(_) => {
+            tracing::error!(
+                units,
+                "sqlite writer panicked in a group; nothing of it was committed; reopening the connection"
+            );
+            false
+        }
     }
 }
 
@@ -232,6 +254,10 @@ fn run_steps(conn: &Connection, unit: &Unit) -> rusqlite::Result<Ran> {
 }
 
 fn execute(conn: &Connection, step: &Step) -> rusqlite::Result<i64> {
+    #[cfg(test)]
+    if step.sql == tests::PANIC {
+        panic!("a fault injected by a test of the writer");
+    }
     let mut statement = conn.prepare_cached(step.sql)?;
     let params = rusqlite::params_from_iter(&step.params);
     match step.yields {
@@ -279,5 +305,93 @@ fn storage_error(e: rusqlite::Error, unit: &Unit) -> Error {
             tracing::error!(error = %e, "storage error");
             unavailable()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::unit::params;
+
+    /// A step whose execution panics (test builds only).
+    pub(super) const PANIC: &str = "-- panic in the writer";
+
+    fn count(sql: &'static str) -> Unit {
+        Unit::one(Step::value(sql, vec![]))
+    }
+
+    async fn rows(writer: &Writer) -> i64 {
+        writer
+            .run(count("SELECT count(*) FROM t"))
+            .await
+            .expect("the writer answers")
+            .last()
+    }
+
+    /// A panic inside a group: every caller of that group gets 503, nothing
+    /// of the group is written (not even the steps that ran before the
+    /// fault), and the writer goes on serving with a fresh connection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_writer_answers_503_writes_nothing_and_recovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Writer::start(&dir.path().join("w.db"), Duration::from_secs(1)).unwrap();
+        writer
+            .run(Unit::one(Step::rows(
+                "CREATE TABLE t (n INTEGER PRIMARY KEY)",
+                vec![],
+            )))
+            .await
+            .unwrap();
+
+        let poisoned = Unit::new(vec![
+            Step::rows("INSERT INTO t (n) VALUES ($1)", params![1]),
+            Step::rows(PANIC, vec![]),
+        ]);
+        let beside: Vec<_> = (2..40)
+            .map(|n| {
+                let writer = writer.clone();
+                tokio::spawn(async move {
+                    writer
+                        .run(Unit::one(Step::rows(
+                            "INSERT INTO t (n) VALUES ($1)",
+                            params![n],
+                        )))
+                        .await
+                })
+            })
+            .collect();
+        let answer = writer.run(poisoned).await;
+        assert!(
+            matches!(answer, Err(Error::Unavailable { .. })),
+            "the faulted unit is 503: {answer:?}"
+        );
+        let mut committed = 0;
+        for unit in beside {
+            match unit.await.unwrap() {
+                Ok(_) => committed += 1,
+                Err(Error::Unavailable { .. }) => {}
+                Err(other) => panic!("a unit beside the fault: {other:?}"),
+            }
+        }
+
+        // Only what was answered as committed is there; the faulted unit's
+        // first step, which ran, is not.
+        assert_eq!(rows(&writer).await, committed);
+        let first = writer
+            .run(count("SELECT count(*) FROM t WHERE n = 1"))
+            .await
+            .unwrap();
+        assert_eq!(first.last(), 0, "nothing of the faulted unit is written");
+
+        // The writer recovered: new units commit.
+        writer
+            .run(Unit::one(Step::rows(
+                "INSERT INTO t (n) VALUES ($1)",
+                params![100],
+            )))
+            .await
+            .unwrap();
+        assert_eq!(rows(&writer).await, committed + 1);
+        writer.close().await;
     }
 }
