@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::service::{DnsProtocol, DnsSettings, Settings};
+use crate::model::EndpointPolicy;
+use crate::service::{DnsProtocol, DnsSettings, Settings, WebhookSettings};
 use crate::store::StorageConfig;
 use crate::transport::{SmtpConfig, SmtpSecurity, Transport};
 
@@ -136,6 +137,34 @@ pub struct ServeArgs {
     /// How often a domain under verification is re-checked.
     #[arg(long, env = "MAIL_DOMAIN_RECHECK_INTERVAL_MS", default_value_t = 5 * 60 * 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub domain_recheck_interval_ms: u64,
+    /// The waits between webhook delivery attempts, in milliseconds,
+    /// comma-separated (each gets up to a tenth more at random); after the
+    /// last the event is given up and the endpoint disabled. Default: 5 s,
+    /// 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+    #[arg(
+        long,
+        env = "MAIL_WEBHOOK_RETRY_SCHEDULE_MS",
+        value_delimiter = ',',
+        default_value = "5000,300000,1800000,7200000,18000000,36000000,36000000"
+    )]
+    pub webhook_retry_schedule_ms: Vec<u64>,
+    /// How often an idle webhook dispatcher looks for due deliveries.
+    #[arg(long, env = "MAIL_WEBHOOK_POLL_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_poll_ms: u64,
+    /// Bound on one webhook delivery attempt (connect, request, answer).
+    #[arg(long, env = "MAIL_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub webhook_timeout_ms: u64,
+    /// Webhook deliveries this node makes at the same time.
+    #[arg(long, env = "MAIL_WEBHOOK_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub webhook_concurrency: u32,
+    /// Allow webhook endpoints at private, loopback, link-local and other
+    /// non-public addresses (on-premises receivers, tests). Off by default.
+    #[arg(long, env = "MAIL_WEBHOOK_ALLOW_PRIVATE_ADDRESSES")]
+    pub webhook_allow_private_addresses: bool,
+    /// Allow plain `http://` webhook endpoints on a loopback address (local
+    /// development). Off by default.
+    #[arg(long, env = "MAIL_WEBHOOK_ALLOW_HTTP_LOOPBACK")]
+    pub webhook_allow_http_loopback: bool,
 }
 
 /// `IP` (port 53) or `IP:PORT`.
@@ -181,6 +210,21 @@ impl ServeArgs {
             sending_host: self.sending_host.clone(),
             domain_verify_period: Duration::from_millis(self.domain_verify_period_ms),
             domain_recheck_interval: Duration::from_millis(self.domain_recheck_interval_ms),
+            webhooks: WebhookSettings {
+                retry_schedule: self
+                    .webhook_retry_schedule_ms
+                    .iter()
+                    .map(|ms| Duration::from_millis(*ms))
+                    .collect(),
+                poll: Duration::from_millis(self.webhook_poll_ms),
+                timeout: Duration::from_millis(self.webhook_timeout_ms),
+                concurrency: self.webhook_concurrency as usize,
+                policy: EndpointPolicy {
+                    allow_http_loopback: self.webhook_allow_http_loopback,
+                    allow_private: self.webhook_allow_private_addresses,
+                },
+                ..WebhookSettings::default()
+            },
             ..Settings::default()
         }
     }

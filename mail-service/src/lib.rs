@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use crate::service::MailService;
 
-/// Serves until `shutdown` resolves, sweeping abandoned handoffs and
-/// handing off due scheduled emails in the background. On shutdown the
+/// Serves until `shutdown` resolves, sweeping abandoned handoffs, handing
+/// off due scheduled emails and delivering webhooks in the background. On shutdown the
 /// scheduler claims nothing more and the handoffs under way finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -65,7 +65,10 @@ pub async fn serve(
         })
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let scheduler = tokio::spawn(service::Scheduler::new(service.clone()).run(stopped));
+    let scheduler = tokio::spawn(service::Scheduler::new(service.clone()).run(stopped.clone()));
+    // Webhook deliveries from the outbox; every node runs one, and each
+    // delivery is leased to one node at a time.
+    let webhooks = tokio::spawn(service::WebhookDispatcher::new(service.clone()).run(stopped));
     let result = axum::serve(listener, http::router(service))
         .with_graceful_shutdown(async move {
             shutdown.await;
@@ -73,6 +76,7 @@ pub async fn serve(
         })
         .await;
     let _ = scheduler.await;
+    let _ = webhooks.await;
     sweeper.abort();
     verifier.abort();
     result

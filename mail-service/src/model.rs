@@ -90,6 +90,7 @@ mod email;
 mod records;
 mod schedule;
 mod suppression;
+mod webhook;
 
 pub use account::{ApiKey, Permission, Principal, Tenant};
 pub use domain::{
@@ -103,6 +104,11 @@ pub use schedule::{
 };
 pub use suppression::{
     MAX_SUPPRESSION_REASON_CHARS, Suppression, normalize_address, normalized, validate_reason,
+};
+pub use webhook::{
+    DeliveryStatus, EndpointPolicy, EventType, MAX_ENDPOINT_CHARS, SECRET_PREFIX, SigningSecret,
+    Webhook, WebhookStatus, check_address, events_column, parse_events, signature,
+    validate_endpoint,
 };
 
 /// A stored or given text that names no value of its enum.

@@ -292,13 +292,20 @@ async fn openapi_document_matches_the_routes(b: Backend) {
             "/logs",
             "/logs/{id}",
             "/suppressions",
-            "/suppressions/{email_or_id}"
+            "/suppressions/{email_or_id}",
+            "/webhooks",
+            "/webhooks/{id}",
+            "/webhooks/{id}/events",
+            "/webhooks/{id}/events/{event_id}",
+            "/webhooks/{id}/events/{event_id}/attempts",
+            "/webhooks/{id}/events/{event_id}/replay",
+            "/webhooks/{id}/signing-secret/rotate"
         ]
     );
     // Every documented operation exists (it asks for a key, it is not 404).
     for (path, item) in doc.body["paths"].as_object().unwrap() {
         for method in item.as_object().unwrap().keys() {
-            let concrete = path.replace("{id}", "1");
+            let concrete = path.replace("{id}", "1").replace("{event_id}", "1");
             let resp = app
                 .call(&method.to_uppercase(), &concrete, None, &[], None)
                 .await;

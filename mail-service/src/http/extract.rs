@@ -13,7 +13,7 @@ use crate::model::MAX_BODY_BYTES;
 use crate::model::Permission;
 use crate::service::{
     AnalyticsQuery, BatchValidation, Caller, DomainQuery, EmailQuery, IdempotencyKey, IfMatch,
-    LogQuery, SuppressionQuery,
+    LogQuery, SuppressionQuery, WebhookListQuery,
 };
 
 use super::{AuthState, RequestId};
@@ -164,6 +164,29 @@ impl<S: Send + Sync> FromRequestParts<S> for IdPath {
     }
 }
 
+/// `{id}/events/{event_id}`: a webhook's id and one of its events' ids.
+pub struct EventPath(pub i64, pub i64);
+
+impl<S: Send + Sync> FromRequestParts<S> for EventPath {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let Path((webhook, event)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| Error::validation("id", format!("must match {ID_PATTERN}")))?;
+        let parse = |field: &str, segment: &str| match parse_id(segment) {
+            ParsedId::Id(id) => Ok(id),
+            ParsedId::OutOfRange => Err(Error::NotFound {
+                what: "resource".into(),
+            }),
+            ParsedId::Invalid => Err(Error::validation(field, format!("must match {ID_PATTERN}"))),
+        };
+        Ok(EventPath(
+            parse("id", &webhook)?,
+            parse("event_id", &event)?,
+        ))
+    }
+}
+
 /// A path segment that is an address or an ID (`{email_or_id}`), percent-
 /// decoded.
 pub struct KeyPath(pub String);
@@ -223,6 +246,25 @@ impl<S: Send + Sync> FromRequestParts<S> for SuppressionQueryParams {
             &mut [("limit", &mut query.limit), ("cursor", &mut query.cursor)],
         )?;
         Ok(SuppressionQueryParams(query))
+    }
+}
+
+/// The query of the webhook lists: `limit`, `cursor`, `after`.
+pub struct WebhookListParams(pub WebhookListQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for WebhookListParams {
+    type Rejection = Error;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        let mut query = WebhookListQuery::default();
+        read_query(
+            parts,
+            &mut [
+                ("limit", &mut query.limit),
+                ("cursor", &mut query.cursor),
+                ("after", &mut query.after),
+            ],
+        )?;
+        Ok(WebhookListParams(query))
     }
 }
 

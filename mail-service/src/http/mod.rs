@@ -9,6 +9,7 @@ mod extract;
 mod handlers;
 pub mod openapi;
 mod suppressions;
+mod webhooks;
 
 use std::time::Instant;
 
@@ -72,6 +73,33 @@ pub fn router(service: MailService) -> Router {
         .route(
             "/suppressions/{email_or_id}",
             get(suppressions::get_suppression).delete(suppressions::delete_suppression),
+        )
+        .route(
+            "/webhooks",
+            post(webhooks::create_webhook).get(webhooks::list_webhooks),
+        )
+        .route(
+            "/webhooks/{id}",
+            get(webhooks::get_webhook)
+                .patch(webhooks::update_webhook)
+                .delete(webhooks::delete_webhook),
+        )
+        .route(
+            "/webhooks/{id}/signing-secret/rotate",
+            post(webhooks::rotate_webhook_secret),
+        )
+        .route("/webhooks/{id}/events", get(webhooks::list_webhook_events))
+        .route(
+            "/webhooks/{id}/events/{event_id}",
+            get(webhooks::get_webhook_event),
+        )
+        .route(
+            "/webhooks/{id}/events/{event_id}/attempts",
+            get(webhooks::list_webhook_attempts),
+        )
+        .route(
+            "/webhooks/{id}/events/{event_id}/replay",
+            post(webhooks::replay_webhook_event),
         )
         .method_not_allowed_fallback(handlers::not_found);
     Router::new()

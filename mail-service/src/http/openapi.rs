@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, IdEntry};
-use super::{analytics, domains, handlers, suppressions};
+use super::{analytics, domains, handlers, suppressions, webhooks};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -30,6 +30,16 @@ use super::{analytics, domains, handlers, suppressions};
         suppressions::list_suppressions,
         suppressions::get_suppression,
         suppressions::delete_suppression,
+        webhooks::create_webhook,
+        webhooks::list_webhooks,
+        webhooks::get_webhook,
+        webhooks::update_webhook,
+        webhooks::delete_webhook,
+        webhooks::rotate_webhook_secret,
+        webhooks::list_webhook_events,
+        webhooks::get_webhook_event,
+        webhooks::list_webhook_attempts,
+        webhooks::replay_webhook_event,
     ),
     components(schemas(
         crate::model::EmailPayload,
@@ -59,6 +69,18 @@ use super::{analytics, domains, handlers, suppressions};
         suppressions::SuppressionEntry,
         suppressions::SuppressionDeleted,
         handlers::List<suppressions::SuppressionEntry>,
+        webhooks::NewWebhook,
+        webhooks::WebhookUpdate,
+        webhooks::WebhookCreated,
+        webhooks::WebhookResource,
+        webhooks::WebhookChanged,
+        webhooks::WebhookPayload,
+        webhooks::WebhookEventEntry,
+        webhooks::WebhookAttemptEntry,
+        webhooks::WebhookEventResource,
+        handlers::List<webhooks::WebhookResource>,
+        handlers::List<webhooks::WebhookEventEntry>,
+        handlers::List<webhooks::WebhookAttemptEntry>,
         ErrorBody,
         IdEntry,
     )),

@@ -3,7 +3,9 @@
 //! HTTP layer and the CLI both call it. One file per subject: `auth`
 //! (API keys and the rate limit), `send` (emails and idempotency),
 //! `suppressions` (the list and the screening at handoff), `logs`,
-//! `admin` (operator actions and the sweep).
+//! `admin` (operator actions and the sweep), `webhooks` (registration and
+//! the deliveries' history), `webhook_dispatch` (signing, the checked HTTP
+//! client and the dispatcher).
 
 mod admin;
 mod analytics;
@@ -16,6 +18,8 @@ mod schedule;
 mod scheduler;
 mod send;
 mod suppressions;
+mod webhook_dispatch;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +43,8 @@ pub use schedule::{Canceled, EmailQuery, IfMatch, Rescheduled};
 pub use scheduler::Scheduler;
 pub use send::{BatchSent, BatchValidation, IdempotencyKey, ItemError, Sent, body_hash};
 pub use suppressions::SuppressionQuery;
+pub use webhook_dispatch::{RESPONSE_KEPT_BYTES, WebhookDispatcher};
+pub use webhooks::{DEFAULT_RETRY_SCHEDULE, EventWithAttempts, WebhookListQuery, WebhookSettings};
 
 pub const DEFAULT_RATE_LIMIT: i64 = 120;
 
@@ -67,6 +73,8 @@ pub struct Settings {
     pub domain_verify_period: Duration,
     /// How often a domain under verification is re-checked.
     pub domain_recheck_interval: Duration,
+    /// Webhook deliveries: retry schedule, timeouts, allowed endpoints.
+    pub webhooks: WebhookSettings,
 }
 
 impl Default for Settings {
@@ -81,6 +89,7 @@ impl Default for Settings {
             sending_host: "mail-service.example".into(),
             domain_verify_period: Duration::from_secs(72 * 60 * 60),
             domain_recheck_interval: Duration::from_secs(5 * 60),
+            webhooks: WebhookSettings::default(),
         }
     }
 }
@@ -106,6 +115,10 @@ pub struct MailService {
     dns: dns::Dns,
     /// DKIM signers built once per stored key.
     dkim_signers: Arc<domains::DkimSigners>,
+    /// The one client of webhook deliveries (checked DNS, no redirects).
+    webhook_client: reqwest::Client,
+    /// Told when this node makes a delivery due at once (a replay).
+    webhook_wake: Arc<tokio::sync::Notify>,
 }
 
 impl MailService {
@@ -117,16 +130,21 @@ impl MailService {
         settings: Settings,
     ) -> Result<MailService, Error> {
         let node = store.register_node(clock.now_ms()).await?;
+        let dns = dns::Dns::new(&settings.dns);
+        let webhook_client =
+            webhook_dispatch::client(&dns, settings.webhooks.policy, settings.webhooks.timeout)?;
         Ok(MailService {
             store,
             transport,
             clock,
             ids: Arc::new(IdGenerator::new(node)),
-            dns: dns::Dns::new(&settings.dns),
+            dns,
             settings,
             principals: Arc::default(),
             scheduler_wake: Arc::default(),
             dkim_signers: Arc::default(),
+            webhook_client,
+            webhook_wake: Arc::default(),
         })
     }
 

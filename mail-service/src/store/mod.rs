@@ -15,7 +15,8 @@
 //!
 //! The queries live by subject: `accounts` (tenants, API keys), `logs`
 //! (request logs, rate windows), `emails` (emails, idempotency, handoff
-//! outcomes, scheduling).
+//! outcomes, scheduling), `webhooks` (webhooks, their outbox and delivery
+//! attempts; `record_event` adds an event to a unit).
 
 mod postgres;
 mod records;
@@ -40,6 +41,7 @@ pub use records::{
     RateHit, Reservation, Reserved, Started,
 };
 use unit::{Ran, Step, Unit, params};
+pub use webhooks::{AttemptOutcome, ClaimedDelivery, WebhookAttempt, WebhookEvent};
 
 /// How long an SQLite write waits for another process (an operator command)
 /// that holds the database before it fails with 503.
@@ -112,6 +114,7 @@ mod domains;
 mod emails;
 mod logs;
 mod suppressions;
+mod webhooks;
 
 impl Store {
     /// Opens the database and applies pending migrations.
