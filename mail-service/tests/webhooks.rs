@@ -6,160 +6,16 @@
 
 mod common;
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::IntoResponse;
+use axum::http::HeaderMap;
+use common::receiver::{Answer, Receiver};
 use common::{Backend, Resp, TestApp, email};
 use dns_fixture::{DnsFixture, Record};
 use mail_service::model::{EndpointPolicy, SigningSecret, signature};
 use mail_service::service::{DnsProtocol, DnsSettings, Settings, WebhookSettings};
 use serde_json::{Value, json};
-
-/// How the receiver answers its next delivery.
-#[derive(Debug, Clone)]
-enum Answer {
-    Status(u16),
-    /// Answers 200 after this long.
-    Slow(Duration),
-    /// 302 to this URL.
-    Redirect(String),
-}
-
-#[derive(Debug, Clone)]
-struct Delivery {
-    id: String,
-    headers: HeaderMap,
-    body: Vec<u8>,
-    /// Whether the reference verifier accepted it, per secret the receiver
-    /// knew (in the order they were given).
-    verified: Vec<bool>,
-}
-
-impl Delivery {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("JSON body")
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-    }
-}
-
-#[derive(Default)]
-struct ReceiverState {
-    secrets: Vec<String>,
-    plan: VecDeque<Answer>,
-    seen: Vec<Delivery>,
-}
-
-/// An HTTP receiver on 127.0.0.1: answers as planned (200 when the plan is
-/// empty), verifies and records every delivery.
-#[derive(Clone)]
-struct Receiver {
-    addr: SocketAddr,
-    state: Arc<Mutex<ReceiverState>>,
-    task: Arc<tokio::task::JoinHandle<()>>,
-}
-
-impl Receiver {
-    async fn start() -> Receiver {
-        Self::start_on(0).await
-    }
-
-    async fn start_on(port: u16) -> Receiver {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .expect("receiver binds");
-        let addr = listener.local_addr().unwrap();
-        let state: Arc<Mutex<ReceiverState>> = Arc::default();
-        let shared = state.clone();
-        let app =
-            axum::Router::new().fallback(move |headers: HeaderMap, body: axum::body::Bytes| {
-                let state = shared.clone();
-                async move {
-                    let answer = {
-                        let mut s = state.lock().unwrap();
-                        let verified = s
-                            .secrets
-                            .iter()
-                            .map(|secret| {
-                                standardwebhooks::Webhook::new(secret)
-                                    .expect("secret")
-                                    .verify(&body, &headers)
-                                    .is_ok()
-                            })
-                            .collect();
-                        let id = headers
-                            .get("webhook-id")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default()
-                            .to_string();
-                        s.seen.push(Delivery {
-                            id,
-                            headers: headers.clone(),
-                            body: body.to_vec(),
-                            verified,
-                        });
-                        s.plan.pop_front()
-                    };
-                    match answer {
-                        None | Some(Answer::Status(200)) => {
-                            (StatusCode::OK, "thanks").into_response()
-                        }
-                        Some(Answer::Status(code)) => {
-                            (StatusCode::from_u16(code).unwrap(), "not now").into_response()
-                        }
-                        Some(Answer::Slow(wait)) => {
-                            tokio::time::sleep(wait).await;
-                            (StatusCode::OK, "late").into_response()
-                        }
-                        Some(Answer::Redirect(to)) => {
-                            (StatusCode::FOUND, [("location", to)], "moved").into_response()
-                        }
-                    }
-                }
-            });
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Receiver {
-            addr,
-            state,
-            task: Arc::new(task),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/hook", self.addr)
-    }
-
-    fn trust(&self, secret: &str) {
-        self.state.lock().unwrap().secrets.push(secret.to_string());
-    }
-
-    fn plan(&self, answers: &[Answer]) {
-        self.state
-            .lock()
-            .unwrap()
-            .plan
-            .extend(answers.iter().cloned());
-    }
-
-    fn seen(&self) -> Vec<Delivery> {
-        self.state.lock().unwrap().seen.clone()
-    }
-
-    fn stop(&self) {
-        self.task.abort();
-    }
-}
 
 /// The compressed schedule of these stories: 1 s, 2 s, 3 s.
 fn schedule() -> Vec<Duration> {
@@ -815,6 +671,59 @@ on_both_backends!(
     private_targets_are_refused,
     redirects_are_not_followed,
 );
+
+/// Every log line written while a webhook is registered, delivered,
+/// retried and rotated, at every level, from every crate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_log_line_holds_a_signing_secret() {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .try_init()
+        .expect("the only subscriber of this test binary");
+
+    let app = local_app(Backend::Sqlite).await;
+    let receiver = Receiver::start().await;
+    let created = register(&app, &receiver.url(), &["email.sent"]).await;
+    let first = created.body["signing_secret"].as_str().unwrap().to_string();
+    let webhook = created.body["id"].as_str().unwrap().to_string();
+    receiver.plan(&[Answer::Status(500)]);
+    send(&app).await;
+    dispatch(&app).await;
+    let rotated = app
+        .post(
+            &app.full_key,
+            &format!("/webhooks/{webhook}/signing-secret/rotate"),
+            json!({}),
+        )
+        .await;
+    let second = rotated.body["signing_secret"].as_str().unwrap().to_string();
+    past_wait(&app, 0);
+    dispatch(&app).await;
+    assert_eq!(receiver.seen().len(), 2);
+
+    let logged = String::from_utf8_lossy(&lines.0.lock().unwrap()).into_owned();
+    assert!(
+        logged.contains("webhook attempt"),
+        "the attempts were logged"
+    );
+    for secret in [&first, &second] {
+        assert!(!logged.contains(&secret[6..]), "a secret in the log");
+    }
+}
 
 /// The reference verifier and our signer agree on the Standard Webhooks
 /// test vector, and the verifier refuses a tampered body, id or timestamp
