@@ -74,9 +74,15 @@ async fn resend_node_sdk(b: Backend) {
     // Domain verification asks a DNS server on loopback that publishes
     // nothing, so `domains.verify` gets real (negative) answers at once.
     let dns = dns_fixture::DnsFixture::start().expect("dns fixture");
+    // Webhooks may call the receiver of `webhooks.test.mjs` on loopback.
     let server = ServerProcess::start(
         &db.env(),
-        &[("MAIL_DNS_NAMESERVERS", dns.addr().to_string())],
+        &[
+            ("MAIL_DNS_NAMESERVERS", dns.addr().to_string()),
+            ("MAIL_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "true".into()),
+            ("MAIL_WEBHOOK_ALLOW_HTTP_LOOPBACK", "true".into()),
+            ("MAIL_WEBHOOK_POLL_MS", "50".into()),
+        ],
     );
     let files = test_files(&dir);
     assert!(
