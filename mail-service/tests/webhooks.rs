@@ -658,8 +658,36 @@ async fn redirects_are_not_followed(b: Backend) {
     assert_eq!(attempts.body["data"][0]["http_status_code"], 302);
 }
 
+async fn a_domain_status_change_is_sent(b: Backend) {
+    let app = local_app(b).await;
+    let receiver = Receiver::start().await;
+    subscribe(&app, &receiver, &["domain.updated"]).await;
+    let created = app
+        .post(&app.full_key, "/domains", json!({"name": "news.acme.test"}))
+        .await;
+    created.ok();
+    assert_eq!(dispatch(&app).await, 0, "adding a domain changes no status");
+    app.service
+        .mark_domain_verified("acme", "news.acme.test")
+        .await
+        .unwrap();
+    assert_eq!(dispatch(&app).await, 1);
+    let seen = receiver.seen();
+    assert_eq!(seen[0].verified, vec![true]);
+    let body = seen[0].json();
+    assert_eq!(body["type"], "domain.updated");
+    assert_eq!(body["data"]["id"], created.body["id"]);
+    assert_eq!(body["data"]["name"], "news.acme.test");
+    assert_eq!(body["data"]["status"], "verified");
+    assert!(body["data"]["records"].is_array());
+    // Sending from it changes no domain: nothing more.
+    send(&app).await;
+    assert_eq!(dispatch(&app).await, 0);
+}
+
 on_both_backends!(
     a_sent_email_reaches_the_receiver_signed,
+    a_domain_status_change_is_sent,
     each_event_type_is_sent_from_the_state_change,
     a_receiver_down_then_up_gets_it_with_the_same_id,
     a_slow_receiver_times_out_and_is_retried,
