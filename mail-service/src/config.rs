@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::feedback::listener::ListenerLimits;
 use crate::model::EndpointPolicy;
 use crate::service::{DnsProtocol, DnsSettings, Settings, WebhookSettings};
 use crate::store::StorageConfig;
@@ -165,6 +166,16 @@ pub struct ServeArgs {
     /// development). Off by default.
     #[arg(long, env = "MAIL_WEBHOOK_ALLOW_HTTP_LOOPBACK")]
     pub webhook_allow_http_loopback: bool,
+    /// Address of the feedback SMTP listener (bounces and complaint
+    /// reports, the `feedback-smtp` MX); unset: no listener.
+    #[arg(long, env = "MAIL_FEEDBACK_LISTEN")]
+    pub feedback_listen: Option<String>,
+    /// Largest feedback message the listener takes, in bytes.
+    #[arg(long, env = "MAIL_FEEDBACK_MAX_BYTES", default_value_t = 10 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub feedback_max_bytes: u64,
+    /// Messages one peer address may send the listener per minute.
+    #[arg(long, env = "MAIL_FEEDBACK_RATE_PER_MINUTE", default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..))]
+    pub feedback_rate_per_minute: u32,
 }
 
 /// `IP` (port 53) or `IP:PORT`.
@@ -178,6 +189,15 @@ fn parse_nameserver(text: &str) -> Result<std::net::SocketAddr, String> {
 }
 
 impl ServeArgs {
+    /// The feedback listener's limits.
+    pub fn feedback_limits(&self) -> ListenerLimits {
+        ListenerLimits {
+            max_message_bytes: self.feedback_max_bytes as usize,
+            messages_per_minute: self.feedback_rate_per_minute,
+            ..ListenerLimits::default()
+        }
+    }
+
     pub fn transport(&self, storage: &StorageArgs) -> Transport {
         match &self.smtp_host {
             Some(host) => Transport::Smtp(SmtpConfig {

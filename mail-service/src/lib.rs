@@ -11,6 +11,7 @@
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod feedback;
 pub mod http;
 pub mod id;
 pub mod model;

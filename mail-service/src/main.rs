@@ -6,7 +6,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use mail_service::config::{ServeArgs, StorageArgs};
-use mail_service::model::Permission;
+use mail_service::feedback::listener::FeedbackListener;
+use mail_service::model::{Permission, ReportOutcome};
+use mail_service::service::FeedbackSource;
 use mail_service::service::{DEFAULT_RATE_LIMIT, MailService, Settings};
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
 use mail_service::store::Store;
@@ -42,6 +44,9 @@ enum Command {
     /// Manage sending domains.
     #[command(subcommand)]
     Domain(DomainCommand),
+    /// Feedback mail (bounces, delays, deliveries, complaints).
+    #[command(subcommand)]
+    Feedback(FeedbackCommand),
     /// Run a loopback SMTP sink (for trying the SMTP transport locally).
     SmtpSink {
         #[arg(long, default_value_t = 2525)]
@@ -101,6 +106,38 @@ enum DomainCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum FeedbackCommand {
+    /// Read one feedback message (a delivery status notification or a
+    /// complaint report) from standard input and apply it, for a relay that
+    /// pipes what reaches the return-path addresses. Prints the outcome as
+    /// JSON: `applied`, `quarantined` (kept with the reason) or `duplicate`.
+    /// Exits 1 when it could not be stored or is larger than --max-bytes
+    /// (the relay should keep it and retry).
+    Ingest {
+        /// The envelope recipient the relay received it for (its return
+        /// path); without it the report's own headers are searched.
+        #[arg(long)]
+        recipient: Option<String>,
+        /// Largest message accepted, in bytes.
+        #[arg(long, default_value_t = 10 * 1024 * 1024)]
+        max_bytes: u64,
+    },
+    /// List received reports, newest first (the quarantine with
+    /// `--outcome quarantined`).
+    Reports {
+        #[arg(long, value_parser = parse_report_outcome)]
+        outcome: Option<ReportOutcome>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+}
+
+fn parse_report_outcome(s: &str) -> Result<ReportOutcome, String> {
+    s.parse()
+        .map_err(|e: mail_service::model::UnknownValue| e.to_string())
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum ReconcileOutcome {
     Sent,
@@ -157,6 +194,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await?;
             service.sweep().await?;
+            let _feedback = match &args.feedback_listen {
+                None => None,
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(addr).await?;
+                    let running =
+                        FeedbackListener::start(listener, service.clone(), args.feedback_limits())?;
+                    eprintln!("feedback SMTP listener on {}", running.addr());
+                    Some(running)
+                }
+            };
             let listener = tokio::net::TcpListener::bind(&args.listen).await?;
             eprintln!(
                 "mail-service listening on http://{}",
@@ -231,6 +278,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "domain {} ({}) of tenant {tenant} marked verified WITHOUT a DNS check (local use only)",
                 domain.name, domain.id
             );
+        }
+        Command::Feedback(FeedbackCommand::Ingest {
+            recipient,
+            max_bytes,
+        }) => {
+            use tokio::io::AsyncReadExt;
+            let mut raw = Vec::new();
+            tokio::io::stdin()
+                .take(max_bytes + 1)
+                .read_to_end(&mut raw)
+                .await?;
+            if raw.len() as u64 > max_bytes {
+                anyhow::bail!("the message is larger than {max_bytes} bytes; nothing was stored");
+            }
+            let outcome = operator(&cli.storage)
+                .await?
+                .ingest_feedback(&raw, FeedbackSource::Stdin { recipient })
+                .await?;
+            println!("{}", serde_json::to_string(&outcome)?);
+        }
+        Command::Feedback(FeedbackCommand::Reports { outcome, limit }) => {
+            let reports = operator(&cli.storage)
+                .await?
+                .feedback_reports(outcome, limit.clamp(1, 1000))
+                .await?;
+            println!("{}", serde_json::to_string_pretty(&reports)?);
         }
         Command::SmtpSink { port, mode } => {
             let sink = SmtpSink::start(port, mode).await?;

@@ -87,6 +87,7 @@ pub(crate) use decode_from_text;
 mod account;
 mod domain;
 mod email;
+mod feedback;
 mod records;
 mod schedule;
 mod suppression;
@@ -98,6 +99,7 @@ pub use domain::{
     domain_status, normalize_domain_name, records_for, validate_return_path,
 };
 pub use email::*;
+pub use feedback::{EmailEvent, FeedbackKind, FeedbackReport, ReportOutcome};
 pub use records::{EmailStatus, JsonText, KeyState, RequestLog, StoredEmail};
 pub use schedule::{
     MAX_SCHEDULE_AHEAD_MS, SCHEDULE_PAST_TOLERANCE_MS, check_schedule_window, parse_scheduled_at,

@@ -81,6 +81,10 @@ pub struct Envelope<'a> {
     pub message_id: &'a str,
     /// Signs the message when given (the sending domain's key).
     pub dkim: Option<&'a DkimSigning>,
+    /// The envelope sender (`MAIL FROM`): the email's return-path address
+    /// (`feedback::verp`), where reports about it come back. Without one
+    /// the `From` address is used.
+    pub return_path: Option<&'a str>,
 }
 
 /// The headers a DKIM signature covers (those present in the message).
@@ -209,11 +213,40 @@ impl Transport {
                 Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
             },
         };
+        let smtp_envelope = match smtp_envelope(&message, envelope.return_path) {
+            Ok(e) => e,
+            Err(detail) => return Handoff::Rejected(detail),
+        };
         match self {
-            Transport::File(dir) => write_file(dir, envelope.email_id, bytes).await,
-            Transport::Smtp(config) => smtp_handoff(config, &message, bytes).await,
+            Transport::File(dir) => {
+                // As a final delivery would: the envelope sender in front.
+                let mut file = match smtp_envelope.from() {
+                    Some(from) => format!("Return-Path: <{from}>\r\n").into_bytes(),
+                    None => Vec::new(),
+                };
+                file.extend_from_slice(&bytes);
+                write_file(dir, envelope.email_id, file).await
+            }
+            Transport::Smtp(config) => smtp_handoff(config, &smtp_envelope, bytes).await,
         }
     }
+}
+
+/// The SMTP envelope: the message's recipients, and the return path as
+/// sender when given.
+fn smtp_envelope(
+    message: &Message,
+    return_path: Option<&str>,
+) -> Result<lettre::address::Envelope, String> {
+    let envelope = message.envelope();
+    let Some(path) = return_path else {
+        return Ok(envelope.clone());
+    };
+    let sender: lettre::Address = path
+        .parse()
+        .map_err(|e| format!("return path `{path}` is not an address: {e}"))?;
+    lettre::address::Envelope::new(Some(sender), envelope.to().to_vec())
+        .map_err(|e| format!("envelope cannot be built: {e}"))
 }
 
 fn build_message(email: &ValidatedEmail, envelope: &Envelope<'_>) -> Result<Message, String> {
@@ -339,7 +372,11 @@ async fn step<T>(
     }
 }
 
-async fn smtp_handoff(config: &SmtpConfig, message: &Message, bytes: Vec<u8>) -> Handoff {
+async fn smtp_handoff(
+    config: &SmtpConfig,
+    envelope: &lettre::address::Envelope,
+    bytes: Vec<u8>,
+) -> Handoff {
     let hello = ClientId::Domain(config.hello_name.clone());
     let tls =
         || TlsParameters::new(config.host.clone()).map_err(|e| format!("TLS setup failed: {e}"));
@@ -377,7 +414,6 @@ async fn smtp_handoff(config: &SmtpConfig, message: &Message, bytes: Vec<u8>) ->
             )
             .await?;
         }
-        let envelope = message.envelope();
         let mut options = Vec::new();
         let non_ascii_address = envelope
             .from()

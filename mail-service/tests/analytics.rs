@@ -36,7 +36,7 @@ async fn events_are_counted_per_day_and_zero_filled(b: Backend) {
     assert_eq!(empty.body["series"].as_array().unwrap().len(), 7);
     assert_eq!(
         totals(&empty.body),
-        json!({"accepted": 0, "sent": 0, "failed": 0, "unknown": 0, "suppressed": 0, "scheduled": 0, "canceled": 0})
+        json!({"accepted": 0, "sent": 0, "failed": 0, "unknown": 0, "suppressed": 0, "scheduled": 0, "canceled": 0, "delivered": 0, "delivery_delayed": 0, "bounced": 0, "complained": 0})
     );
 
     // Day 1: two sent, one suppressed, one scheduled for tomorrow, one
@@ -83,7 +83,7 @@ async fn events_are_counted_per_day_and_zero_filled(b: Backend) {
     let week = app.get(&path(7)).await.body;
     assert_eq!(
         totals(&week),
-        json!({"accepted": 5, "sent": 3, "failed": 0, "unknown": 0, "suppressed": 1, "scheduled": 2, "canceled": 1})
+        json!({"accepted": 5, "sent": 3, "failed": 0, "unknown": 0, "suppressed": 1, "scheduled": 2, "canceled": 1, "delivered": 0, "delivery_delayed": 0, "bounced": 0, "complained": 0})
     );
     let series = week["series"].as_array().unwrap();
     assert_eq!(series.len(), 7);

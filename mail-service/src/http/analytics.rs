@@ -16,7 +16,7 @@ use super::extract::{AnalyticsQueryParams, FullAccess};
         ("days" = Option<i64>, Query, description = "The period: 7, 30 or 90 days ending today (UTC), default 7"),
     ),
     responses(
-        (status = 200, description = "Totals and a zero-filled per-day series of accepted, sent, failed, unknown, suppressed, scheduled and canceled", body = Analytics),
+        (status = 200, description = "Totals and a zero-filled per-day series of accepted, sent, failed, unknown, suppressed, scheduled, canceled, and the feedback events delivered, delivery_delayed, bounced and complained", body = Analytics),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 429, body = ErrorBody),
     ),

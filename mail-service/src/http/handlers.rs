@@ -59,8 +59,10 @@ pub struct EmailSummary {
     /// `suppressed`.
     #[schema(value_type = String)]
     pub status: EmailStatus,
-    /// `status` in Resend's vocabulary: `scheduled`, `queued` (`sending`,
-    /// or `unknown`: accepted, outcome not known), `sent`, `failed`,
+    /// Resend's vocabulary: the latest event feedback mail reported
+    /// (`delivered`, `delivery_delayed`, `bounced`, `complained`), else
+    /// `status` in Resend's words: `scheduled`, `queued` (`sending`, or
+    /// `unknown`: accepted, outcome not known), `sent`, `failed`,
     /// `canceled`, `suppressed`.
     pub last_event: &'static str,
     /// When it is due (RFC 3339, UTC), for a scheduled email.
@@ -92,6 +94,25 @@ pub struct EmailResource {
     pub email: EmailSummary,
     pub text: Option<String>,
     pub html: Option<String>,
+    /// What feedback mail (delivery reports, complaints) said, per
+    /// recipient, oldest first.
+    pub events: Vec<EventEntry>,
+}
+
+/// One event of an email, from a delivery report or a complaint.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventEntry {
+    /// `delivered`, `delivery_delayed`, `bounced` or `complained`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The recipient (normalised) the report is about.
+    pub recipient: String,
+    /// The report's status code (`5.1.1`) or, for a complaint, its
+    /// feedback type (`abuse`).
+    pub status: Option<String>,
+    /// The receiving server's diagnostic, when the report gave one.
+    pub diagnostic: Option<String>,
+    pub created_at: String,
 }
 
 /// One request log entry.
@@ -235,6 +256,18 @@ pub async fn get_email(
     service: axum::extract::State<MailService>,
 ) -> Result<Response, Error> {
     let mut email = service.email(&caller, id).await?;
+    let events = service
+        .email_events(&caller, id)
+        .await?
+        .into_iter()
+        .map(|e| EventEntry {
+            kind: e.kind.as_str(),
+            recipient: e.recipient,
+            status: e.status_code,
+            diagnostic: e.diagnostic,
+            created_at: rfc3339(e.created_at),
+        })
+        .collect();
     let revision = email.revision;
     let message = &mut email.payload.0.message;
     let (text, html) = (message.text.take(), message.html.take());
@@ -242,17 +275,19 @@ pub async fn get_email(
         email: email_summary(email),
         text,
         html,
+        events,
     };
     Ok((etag(revision), Json(resource)).into_response())
 }
 
 fn email_summary(email: StoredEmail) -> EmailSummary {
+    let last_event = email.last_event();
     let message = email.payload.0.message;
     EmailSummary {
         object: "email",
         id: email.id.to_string(),
         status: email.status,
-        last_event: email.status.last_event(),
+        last_event,
         scheduled_at: email.scheduled_at.map(rfc3339),
         batch_id: email.batch_id.map(|b| b.to_string()),
         revision: email.revision,

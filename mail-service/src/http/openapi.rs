@@ -51,6 +51,7 @@ use super::{analytics, domains, handlers, suppressions, webhooks};
         handlers::BatchResult,
         handlers::BatchItemError,
         handlers::EmailResource,
+        handlers::EventEntry,
         handlers::EmailSummary,
         handlers::List<handlers::EmailSummary>,
         handlers::EmailChanged,

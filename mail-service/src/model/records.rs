@@ -89,6 +89,20 @@ pub struct StoredEmail {
     pub suppressed_recipients: Option<JsonText<Vec<String>>>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The latest event feedback mail recorded for it (any recipient).
+    pub last_feedback: Option<super::FeedbackKind>,
+}
+
+impl StoredEmail {
+    /// Resend's `last_event`: the latest feedback event when there is one
+    /// (`delivered`, `delivery_delayed`, `bounced`, `complained`), else the
+    /// status's word.
+    pub fn last_event(&self) -> &'static str {
+        match self.last_feedback {
+            Some(kind) => kind.as_str(),
+            None => self.status.last_event(),
+        }
+    }
 }
 
 /// One request log entry.

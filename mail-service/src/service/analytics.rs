@@ -19,6 +19,10 @@ pub const ANALYTICS_EVENTS: &[&str] = &[
     "suppressed",
     "scheduled",
     "canceled",
+    "delivered",
+    "delivery_delayed",
+    "bounced",
+    "complained",
 ];
 const DAY_MS: i64 = 86_400_000;
 
@@ -39,6 +43,12 @@ pub struct EventCounts {
     pub suppressed: i64,
     pub scheduled: i64,
     pub canceled: i64,
+    /// Feedback events, one per recipient a report is about: delivery
+    /// reports (`delivered`, `delivery_delayed`, `bounced`) and complaints.
+    pub delivered: i64,
+    pub delivery_delayed: i64,
+    pub bounced: i64,
+    pub complained: i64,
 }
 
 impl EventCounts {
@@ -51,6 +61,10 @@ impl EventCounts {
             "suppressed" => self.suppressed += n,
             "scheduled" => self.scheduled += n,
             "canceled" => self.canceled += n,
+            "delivered" => self.delivered += n,
+            "delivery_delayed" => self.delivery_delayed += n,
+            "bounced" => self.bounced += n,
+            "complained" => self.complained += n,
             _ => {}
         }
     }

@@ -291,21 +291,26 @@ impl MailService {
         }
     }
 
-    /// The signing key of the `from` domain, when the tenant has that
-    /// domain (every email is checked against the sending rule before its
-    /// handoff, so mail reaching here is from a domain that may send).
-    pub(super) async fn dkim_signing(
+    /// How the `from` domain sends, when the tenant has that domain (every
+    /// email is checked against the sending rule before its handoff, so
+    /// mail reaching here is from a domain that may send): its signer and
+    /// its return-path domain (`send.example.com`).
+    pub(super) async fn sending_identity(
         &self,
         tenant_id: i64,
         email: &ValidatedEmail,
-    ) -> Result<Option<Arc<DkimSigning>>, String> {
+    ) -> Result<Option<SendingIdentity>, String> {
         let name = domain_of(email);
         let key = match self.store.dkim_key(tenant_id, &name).await {
             Err(e) => return Err(format!("the DKIM key could not be read ({e})")),
             Ok(None) => return Ok(None),
             Ok(Some(key)) => key,
         };
-        self.dkim_signers.get_or_build(tenant_id, &key).map(Some)
+        let signing = self.dkim_signers.get_or_build(tenant_id, &key)?;
+        Ok(Some(SendingIdentity {
+            signing,
+            return_path_domain: format!("{}.{}", key.return_path, key.name),
+        }))
     }
 
     /// The operator's command for local use: creates the domain if it is
@@ -426,6 +431,12 @@ fn tag(record: &str, name: &str) -> Option<String> {
         let (k, v) = part.split_once('=')?;
         (k.trim() == name).then(|| v.chars().filter(|c| !c.is_whitespace()).collect())
     })
+}
+
+/// How a domain's mail leaves: signed by its key, with its return path.
+pub(super) struct SendingIdentity {
+    pub signing: Arc<DkimSigning>,
+    pub return_path_domain: String,
 }
 
 /// The DKIM signers built from stored keys, one per (tenant, domain). An

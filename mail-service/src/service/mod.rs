@@ -12,6 +12,7 @@ mod analytics;
 mod auth;
 mod dns;
 mod domains;
+mod feedback;
 mod logs;
 mod page;
 mod schedule;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::error::Error;
+use crate::feedback::verp::VerpKey;
 use crate::id::IdGenerator;
 use crate::model::Principal;
 use crate::store::Store;
@@ -37,6 +39,7 @@ pub use analytics::{
 pub use auth::{Begun, Incoming, KEY_PREFIX, RateStatus, hash_key};
 pub use dns::{DnsProtocol, DnsSettings};
 pub use domains::DomainQuery;
+pub use feedback::{AppliedEvent, FeedbackSource, Ingested};
 pub use logs::{LOG_METHODS, LogQuery};
 pub use page::{MAX_CURSOR_CHARS, MAX_PAGE_LIMIT, Page, PageRequest};
 pub use schedule::{Canceled, EmailQuery, IfMatch, Rescheduled};
@@ -47,6 +50,8 @@ pub use webhook_dispatch::{RESPONSE_KEPT_BYTES, WebhookDispatcher};
 pub use webhooks::{DEFAULT_RETRY_SCHEDULE, EventWithAttempts, WebhookListQuery, WebhookSettings};
 
 pub const DEFAULT_RATE_LIMIT: i64 = 120;
+/// Name of the return-path key among the service's secrets.
+const VERP_SECRET: &str = "verp";
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -119,6 +124,8 @@ pub struct MailService {
     webhook_client: reqwest::Client,
     /// Told when this node makes a delivery due at once (a replay).
     webhook_wake: Arc<tokio::sync::Notify>,
+    /// The key of the return-path tokens (shared through the database).
+    verp: Arc<VerpKey>,
 }
 
 impl MailService {
@@ -133,6 +140,15 @@ impl MailService {
         let dns = dns::Dns::new(&settings.dns);
         let webhook_client =
             webhook_dispatch::client(&dns, settings.webhooks.policy, settings.webhooks.timeout)?;
+        let verp = {
+            use rand::RngCore;
+            let mut candidate = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut candidate);
+            let key = store
+                .service_secret(VERP_SECRET, &hex::encode(candidate), clock.now_ms())
+                .await?;
+            Arc::new(VerpKey::new(key.as_bytes()))
+        };
         Ok(MailService {
             store,
             transport,
@@ -145,6 +161,7 @@ impl MailService {
             dkim_signers: Arc::default(),
             webhook_client,
             webhook_wake: Arc::default(),
+            verp,
         })
     }
 

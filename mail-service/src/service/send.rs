@@ -523,14 +523,18 @@ impl MailService {
             }
         };
         let email = remaining.as_deref().unwrap_or(email);
-        let dkim = match self.dkim_signing(tenant_id, email).await {
+        let identity = match self.sending_identity(tenant_id, email).await {
             Ok(d) => d,
             Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
         };
+        let return_path = identity
+            .as_ref()
+            .map(|i| self.verp.return_path(id, &i.return_path_domain));
         let envelope = transport::Envelope {
             email_id: id,
             message_id,
-            dkim: dkim.as_deref(),
+            dkim: identity.as_ref().map(|i| &*i.signing),
+            return_path: return_path.as_deref(),
         };
         match tokio::time::timeout(
             self.settings.handoff_lease,

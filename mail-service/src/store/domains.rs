@@ -41,6 +41,9 @@ pub struct DomainCheck {
 #[derive(Clone, sqlx::FromRow)]
 pub struct DkimKey {
     pub name: String,
+    /// The return-path subdomain (`send`): the envelope sender's domain is
+    /// `<return_path>.<name>`.
+    pub return_path: String,
     pub dkim_selector: String,
     /// PKCS#8 DER, base64.
     pub dkim_private_key: String,
@@ -50,6 +53,7 @@ impl std::fmt::Debug for DkimKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DkimKey")
             .field("name", &self.name)
+            .field("return_path", &self.return_path)
             .field("dkim_selector", &self.dkim_selector)
             .field("dkim_private_key", &"[redacted]")
             .finish()
@@ -212,7 +216,7 @@ impl Store {
     pub async fn dkim_key(&self, tenant_id: i64, name: &str) -> Result<Option<DkimKey>, Error> {
         Ok(on_db!(self, pool => {
             sqlx::query_as(
-                "SELECT name, dkim_selector, dkim_private_key FROM domains WHERE tenant_id = $1 AND name = $2",
+                "SELECT name, return_path, dkim_selector, dkim_private_key FROM domains WHERE tenant_id = $1 AND name = $2",
             )
             .bind(tenant_id)
             .bind(name)

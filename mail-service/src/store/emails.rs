@@ -6,7 +6,8 @@ use super::*;
 macro_rules! select_email {
     ($rest:literal) => {
         concat!(
-            "SELECT id, status, revision, payload, message_id, handoff_detail, scheduled_at, batch_id, suppressed_recipients, created_at, updated_at FROM emails ",
+            "SELECT id, status, revision, payload, message_id, handoff_detail, scheduled_at, batch_id, suppressed_recipients, created_at, updated_at, \
+             (SELECT type FROM email_events v WHERE v.email_id = emails.id ORDER BY v.id DESC LIMIT 1) AS last_feedback FROM emails ",
             $rest
         )
     };

@@ -36,6 +36,7 @@ use crate::model::{ApiKey, EmailStatus, KeyState, Principal, RequestLog, StoredE
 
 pub use analytics::DayCount;
 pub use domains::{DkimKey, DomainCheck, NewDomain};
+pub use feedback::{FeedbackTarget, NewAutoSuppression, NewEvent, NewReport};
 pub use records::{
     Change, ClaimedEmail, EmailFilter, EmailUpdate, KeyRecord, KeyRef, LogFilter, NewEmail, NewLog,
     RateHit, Reservation, Reserved, Started,
@@ -112,6 +113,7 @@ mod accounts;
 mod analytics;
 mod domains;
 mod emails;
+mod feedback;
 mod logs;
 mod suppressions;
 mod webhooks;
