@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTP API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Manage tenants (accounts).
     #[command(subcommand)]
     Tenant(TenantCommand),
