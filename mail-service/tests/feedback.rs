@@ -11,11 +11,12 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::receiver::Receiver;
 use common::{Backend, TestApp, email};
 use mail_service::feedback::listener::{FeedbackListener, ListenerLimits};
 use mail_service::feedback::report;
-use mail_service::model::Permission;
-use mail_service::service::{FeedbackSource, Ingested, Settings};
+use mail_service::model::{EndpointPolicy, Permission};
+use mail_service::service::{FeedbackSource, Ingested, Settings, WebhookSettings};
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -641,16 +642,36 @@ async fn the_listener_bounds_size_and_rate(b: Backend) {
 
 /// The whole loop on loopback: the email goes out through SMTP with its
 /// return path, the bounce comes back through the listener, the email
-/// shows it, the address is suppressed, and the next email to it is not
-/// handed off.
+/// shows it, the tenant's webhook gets `email.bounced`, the address is
+/// suppressed, and the next email to it is not handed off.
 async fn a_bounce_travels_the_whole_loop(b: Backend) {
     let sink = SmtpSink::start(0, SinkMode::Accept).await.unwrap();
+    let settings = Settings {
+        webhooks: WebhookSettings {
+            policy: EndpointPolicy {
+                allow_http_loopback: true,
+                allow_private: true,
+            },
+            ..WebhookSettings::default()
+        },
+        ..Settings::default()
+    };
     let app = TestApp::with(
         b,
         Some(common::smtp(sink.port(), Duration::from_secs(10))),
-        Settings::default(),
+        settings,
     )
     .await;
+    let receiver = Receiver::start().await;
+    let created = app
+        .post(
+            &app.full_key,
+            "/webhooks",
+            json!({"endpoint": receiver.url(), "events": ["email.bounced"]}),
+        )
+        .await;
+    created.ok();
+    receiver.trust(created.body["signing_secret"].as_str().unwrap());
     let r = app.send(&email()).await;
     r.expect(200, "");
     let id = r.body["id"].as_str().unwrap().to_string();

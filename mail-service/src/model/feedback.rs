@@ -22,6 +22,16 @@ impl FeedbackKind {
     pub fn suppresses(self) -> bool {
         matches!(self, FeedbackKind::Bounced | FeedbackKind::Complained)
     }
+
+    /// The webhook event that reports it.
+    pub fn webhook_event(self) -> super::EventType {
+        match self {
+            FeedbackKind::Delivered => super::EventType::EmailDelivered,
+            FeedbackKind::DeliveryDelayed => super::EventType::EmailDeliveryDelayed,
+            FeedbackKind::Bounced => super::EventType::EmailBounced,
+            FeedbackKind::Complained => super::EventType::EmailComplained,
+        }
+    }
 }
 
 text_enum!(

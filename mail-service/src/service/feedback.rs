@@ -258,6 +258,7 @@ impl MailService {
         for (address, r) in matched {
             events.push(NewEvent {
                 id: self.ids.next(),
+                webhook_data: webhook_data(&target, &address, r),
                 recipient: address.clone(),
                 kind: r.kind,
                 status_code: Some(r.status.clone()),
@@ -359,6 +360,45 @@ fn match_recipient(recipients: &[String], reported: &str) -> Option<String> {
                 .find(|r| r.eq_ignore_ascii_case(&normalized))
         })
         .cloned()
+}
+
+/// Resend's email event data, with what the report said about the
+/// recipient: `bounce` (`type` Permanent, `subType` the status, `message`
+/// the diagnostic), `delivery_delayed`, `complaint` or `delivery`.
+fn webhook_data(target: &FeedbackTarget, recipient: &str, r: &RecipientFeedback) -> String {
+    let message = &target.payload.0.message;
+    let detail = serde_json::json!({
+        "status": r.status,
+        "message": r.diagnostic.clone().unwrap_or_default(),
+    });
+    let to = match serde_json::to_value(&message.to).unwrap_or_default() {
+        serde_json::Value::Array(list) => serde_json::Value::Array(list),
+        one => serde_json::json!([one]),
+    };
+    let mut data = serde_json::json!({
+        "email_id": target.id.to_string(),
+        "message_id": target.message_id,
+        "from": message.from,
+        "to": to,
+        "subject": message.subject,
+        "created_at": crate::clock::rfc3339(target.created_at),
+        "recipient": recipient,
+    });
+    let (key, value) = match r.kind {
+        FeedbackKind::Bounced => (
+            "bounce",
+            serde_json::json!({
+                "type": "Permanent",
+                "subType": r.status,
+                "message": r.diagnostic.clone().unwrap_or_default(),
+            }),
+        ),
+        FeedbackKind::DeliveryDelayed => ("delivery_delayed", detail),
+        FeedbackKind::Delivered => ("delivery", detail),
+        FeedbackKind::Complained => ("complaint", serde_json::json!({"feedback_type": r.status})),
+    };
+    data[key] = value;
+    data.to_string()
 }
 
 /// Why a report put an address on the list (within the list's rules for

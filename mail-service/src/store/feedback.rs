@@ -29,6 +29,8 @@ pub struct NewReport {
 #[derive(Debug, Clone)]
 pub struct NewEvent {
     pub id: i64,
+    /// The `data` of its webhook event (Resend's email event data).
+    pub webhook_data: String,
     pub recipient: String,
     pub kind: FeedbackKind,
     pub status_code: Option<String>,
@@ -51,6 +53,8 @@ pub struct FeedbackTarget {
     pub status: EmailStatus,
     pub from_domain: String,
     pub payload: JsonText<EmailPayload>,
+    pub message_id: String,
+    pub created_at: i64,
 }
 
 const INSERT_REPORT: &str = "INSERT INTO feedback_reports (id, received_at, source, peer, envelope_to, digest, size, outcome, reason, tenant_id, email_id, raw_base64) \
@@ -86,7 +90,7 @@ impl Store {
     pub async fn feedback_target(&self, email_id: i64) -> Result<Option<FeedbackTarget>, Error> {
         Ok(on_db!(self, pool => {
             sqlx::query_as(
-                "SELECT id, tenant_id, status, from_domain, payload FROM emails WHERE id = $1",
+                "SELECT id, tenant_id, status, from_domain, payload, message_id, created_at FROM emails WHERE id = $1",
             )
             .bind(email_id)
             .fetch_optional(pool)
@@ -94,8 +98,8 @@ impl Store {
         }))
     }
 
-    /// Keeps a report and, for an applied one, its events and the
-    /// suppressions it adds (an address already on the list keeps its
+    /// Keeps a report and, for an applied one, its events (with their
+    /// webhook events, `email.bounced` ...) and the suppressions it adds (an address already on the list keeps its
     /// entry), in one unit. False when the same report (by digest) was
     /// kept before: then nothing is written.
     pub async fn record_feedback(
@@ -140,6 +144,12 @@ impl Store {
                         &e.diagnostic,
                         report.received_at
                     ],
+                ));
+                steps.push(Self::record_event(
+                    tenant_id,
+                    e.kind.webhook_event(),
+                    &e.webhook_data,
+                    report.received_at,
                 ));
             }
             for s in suppressions {
