@@ -123,8 +123,8 @@ enum FeedbackCommand {
         #[arg(long, default_value_t = 10 * 1024 * 1024)]
         max_bytes: u64,
     },
-    /// List received reports, newest first (the quarantine with
-    /// `--outcome quarantined`).
+    /// How many reports were kept (applied, quarantined) and the latest
+    /// ones, newest first (the quarantine with `--outcome quarantined`).
     Reports {
         #[arg(long, value_parser = parse_report_outcome)]
         outcome: Option<ReportOutcome>,
@@ -299,11 +299,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&outcome)?);
         }
         Command::Feedback(FeedbackCommand::Reports { outcome, limit }) => {
-            let reports = operator(&cli.storage)
+            let service = operator(&cli.storage).await?;
+            let counts: serde_json::Map<String, serde_json::Value> = service
+                .feedback_report_counts()
                 .await?
+                .into_iter()
+                .map(|(o, n)| (o.as_str().to_string(), n.into()))
+                .collect();
+            let reports = service
                 .feedback_reports(outcome, limit.clamp(1, 1000))
                 .await?;
-            println!("{}", serde_json::to_string_pretty(&reports)?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"counts": counts, "reports": reports})
+                )?
+            );
         }
         Command::SmtpSink { port, mode } => {
             let sink = SmtpSink::start(port, mode).await?;

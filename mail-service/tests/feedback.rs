@@ -497,13 +497,19 @@ async fn the_operator_command_reads_one_report_from_stdin(b: Backend) {
     let (code, stdout, _) = run(&["feedback", "reports", "--outcome", "quarantined"], b"");
     assert_eq!(code, Some(0));
     let listed: Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
-    assert_eq!(listed[0]["source"], "stdin");
+    assert_eq!(listed["counts"], json!({"applied": 1, "quarantined": 1}));
+    let reports = listed["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 1, "{listed}");
+    assert_eq!(reports[0]["source"], "stdin");
     assert!(
-        listed[0]["reason"]
+        reports[0]["reason"]
             .as_str()
             .unwrap()
             .starts_with("not a report")
+    );
+    assert!(
+        reports[0].get("raw_base64").is_none(),
+        "the message is not listed"
     );
     assert_eq!(
         app.db.count("SELECT count(*) FROM feedback_reports").await,
@@ -640,6 +646,39 @@ async fn the_listener_bounds_size_and_rate(b: Backend) {
     assert!(c.say("QUIT").await.starts_with("221"));
 }
 
+async fn idle_and_excess_connections_are_let_go(b: Backend) {
+    let app = TestApp::start(b).await;
+    let listener = listener_on(
+        &app,
+        ListenerLimits {
+            max_connections: 1,
+            read_timeout: Duration::from_millis(300),
+            ..ListenerLimits::default()
+        },
+    );
+    let (mut idle, greeting) = Client::connect(&listener).await;
+    assert!(greeting.starts_with("220"), "{greeting}");
+    // One connection is all it serves: the next is told to come back.
+    let (_, refused) = Client::connect(&listener).await;
+    assert!(refused.starts_with("421"), "{refused}");
+    // The idle one is closed when its read times out...
+    let mut rest = String::new();
+    let closed = tokio::time::timeout(Duration::from_secs(30), idle.reader.read_line(&mut rest))
+        .await
+        .expect("closed by the listener");
+    assert_eq!(closed.unwrap(), 0, "{rest}");
+    // ...and its slot serves the next one (released just after the close).
+    let mut greeting = String::new();
+    for _ in 0..50 {
+        greeting = Client::connect(&listener).await.1;
+        if greeting.starts_with("220") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(greeting.starts_with("220"), "{greeting}");
+}
+
 /// The whole loop on loopback: the email goes out through SMTP with its
 /// return path, the bounce comes back through the listener, the email
 /// shows it, the tenant's webhook gets `email.bounced`, the address is
@@ -730,5 +769,6 @@ on_both_backends!(
     a_report_about_an_email_not_sent_is_quarantined,
     the_operator_command_reads_one_report_from_stdin,
     the_listener_bounds_size_and_rate,
+    idle_and_excess_connections_are_let_go,
     a_bounce_travels_the_whole_loop,
 );

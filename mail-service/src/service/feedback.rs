@@ -313,6 +313,23 @@ impl MailService {
             .await
     }
 
+    /// How many reports were kept, per outcome (`applied`, `quarantined`;
+    /// an outcome with none is 0).
+    pub async fn feedback_report_counts(&self) -> Result<Vec<(ReportOutcome, i64)>, Error> {
+        let stored = self.store.feedback_report_counts().await?;
+        ReportOutcome::ALL
+            .iter()
+            .map(|o| {
+                let n = stored
+                    .iter()
+                    .find(|(name, _)| name == o.as_str())
+                    .map(|(_, n)| *n)
+                    .unwrap_or(0);
+                Ok((*o, n))
+            })
+            .collect()
+    }
+
     /// Kept reports, newest first (the operator's view of the quarantine).
     pub async fn feedback_reports(
         &self,

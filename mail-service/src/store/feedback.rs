@@ -181,6 +181,17 @@ impl Store {
         }))
     }
 
+    /// How many reports were kept, per outcome.
+    pub async fn feedback_report_counts(&self) -> Result<Vec<(String, i64)>, Error> {
+        Ok(on_db!(self, pool => {
+            sqlx::query_as(
+                "SELECT outcome, CAST(count(*) AS BIGINT) FROM feedback_reports GROUP BY outcome ORDER BY outcome",
+            )
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
     /// Kept reports, newest first, of one outcome when given.
     pub async fn feedback_reports(
         &self,
