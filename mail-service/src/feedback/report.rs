@@ -23,9 +23,11 @@ const MAX_RECIPIENTS: usize = 1000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {
     pub kind: ReportKind,
-    /// Where the report says it was sent, most telling first: the `To` of
-    /// the report, a complaint's `Original-Mail-From`, the original
-    /// message's `Return-Path`. The service looks for its return-path
+    /// Where the report says it was sent, most telling first: the envelope
+    /// recipient a final delivery recorded (`Delivered-To`,
+    /// `X-Original-To`, `Envelope-To`), the `To` of the report, a
+    /// complaint's `Original-Mail-From`, the original message's
+    /// `Return-Path`. The service looks for its return-path
     /// token there when the envelope does not carry one.
     pub return_path_candidates: Vec<String>,
     /// The `Message-ID` of the message the report is about, when included.
@@ -90,7 +92,15 @@ pub fn parse(raw: &[u8]) -> Result<Report, Unreadable> {
         .and_then(|ct| ct.attribute("report-type"))
         .map(str::to_ascii_lowercase)
         .unwrap_or_default();
-    let mut candidates = recipients_of(&message);
+    // The envelope recipient as the final delivery recorded it, then the
+    // report's `To`.
+    let top = fields(message.raw_message());
+    let mut candidates: Vec<String> = ["Delivered-To", "X-Original-To", "Envelope-To"]
+        .iter()
+        .filter_map(|name| value_of(&top, name))
+        .map(bare)
+        .collect();
+    candidates.extend(recipients_of(&message));
     let original = original_headers(&message);
     let original_fields = original.as_deref().map(fields).unwrap_or_default();
     let original_message_id = value_of(&original_fields, "Message-ID").map(bare);
@@ -166,7 +176,8 @@ pub fn parse(raw: &[u8]) -> Result<Report, Unreadable> {
         candidates.push(bare(path));
     }
     candidates.retain(|c| !c.is_empty());
-    candidates.dedup();
+    let mut seen = std::collections::HashSet::new();
+    candidates.retain(|c| seen.insert(c.to_ascii_lowercase()));
     Ok(Report {
         return_path_candidates: candidates,
         ..report
@@ -348,4 +359,38 @@ fn recipients_of(message: &Message<'_>) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_envelope_recipient_of_a_final_delivery_comes_first() {
+        let raw = "Delivered-To: bounces+1-aaaa@send.acme.test\r\n\
+                   To: Postmaster <postmaster@acme.test>\r\n\
+                   Content-Type: multipart/report; report-type=delivery-status; boundary=b\r\n\r\n\
+                   --b\r\nContent-Type: message/delivery-status\r\n\r\n\
+                   Reporting-MTA: dns; mx.example\r\n\r\n\
+                   Final-Recipient: rfc822; ada@example.test\r\nAction: delivered\r\nStatus: 2.0.0\r\n\r\n\
+                   --b--\r\n";
+        let report = parse(raw.as_bytes()).unwrap();
+        assert_eq!(
+            report.return_path_candidates,
+            ["bounces+1-aaaa@send.acme.test", "postmaster@acme.test"]
+        );
+        assert_eq!(report.recipients[0].kind, FeedbackKind::Delivered);
+    }
+
+    #[test]
+    fn status_codes_follow_rfc_3463() {
+        for ok in ["2.0.0", "4.4.7", "5.1.10", "5.999.999"] {
+            assert!(is_status_code(ok), "{ok}");
+        }
+        for bad in [
+            "", "5", "5.1", "3.0.0", "5.1.1.1", "5.a.1", "5.1234.1", "5..1",
+        ] {
+            assert!(!is_status_code(bad), "{bad}");
+        }
+    }
 }
