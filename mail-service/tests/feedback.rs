@@ -537,10 +537,8 @@ struct Client {
 }
 
 impl Client {
-    async fn connect(listener: &FeedbackListener) -> (Client, String) {
-        let stream = tokio::net::TcpStream::connect(listener.addr())
-            .await
-            .unwrap();
+    async fn connect(addr: std::net::SocketAddr) -> (Client, String) {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (r, w) = stream.into_split();
         let mut client = Client {
             reader: BufReader::new(r),
@@ -616,7 +614,7 @@ async fn the_listener_bounds_size_and_rate(b: Backend) {
         ..ListenerLimits::default()
     };
     let listener = listener_on(&app, limits);
-    let (mut c, greeting) = Client::connect(&listener).await;
+    let (mut c, greeting) = Client::connect(listener.addr()).await;
     assert!(greeting.starts_with("220"), "{greeting}");
     let ehlo = c.say("EHLO relay.example").await;
     assert!(ehlo.contains("250-SIZE 4096"), "{ehlo}");
@@ -666,10 +664,10 @@ async fn idle_and_excess_connections_are_let_go(b: Backend) {
             ..ListenerLimits::default()
         },
     );
-    let (mut idle, greeting) = Client::connect(&listener).await;
+    let (mut idle, greeting) = Client::connect(listener.addr()).await;
     assert!(greeting.starts_with("220"), "{greeting}");
     // One connection is all it serves: the next is told to come back.
-    let (_, refused) = Client::connect(&listener).await;
+    let (_, refused) = Client::connect(listener.addr()).await;
     assert!(refused.starts_with("421"), "{refused}");
     // The idle one is closed when its read times out...
     let mut rest = String::new();
@@ -680,13 +678,69 @@ async fn idle_and_excess_connections_are_let_go(b: Backend) {
     // ...and its slot serves the next one (released just after the close).
     let mut greeting = String::new();
     for _ in 0..50 {
-        greeting = Client::connect(&listener).await.1;
+        greeting = Client::connect(listener.addr()).await.1;
         if greeting.starts_with("220") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(greeting.starts_with("220"), "{greeting}");
+}
+
+/// `serve --feedback-listen`: the listener runs beside the API in the
+/// server process, on the same database.
+async fn serve_runs_the_listener_when_asked(b: Backend) {
+    let db = common::TestDb::new(b);
+    let (send_key, full_key) = common::provision_keys(&db).await;
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let server = common::ServerProcess::start(
+        &db.env(),
+        &[("MAIL_FEEDBACK_LISTEN", format!("127.0.0.1:{port}"))],
+    );
+    let http = common::http_client();
+    let sent: Value = http
+        .post(format!("{}/emails", server.base))
+        .bearer_auth(&send_key)
+        .json(&email())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = sent["id"].as_str().expect("an id").to_string();
+    let written = std::fs::read_to_string(db.dir.path().join(format!("outbox/{id}.eml"))).unwrap();
+    let return_path = written
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("Return-Path: <"))
+        .and_then(|l| l.strip_suffix('>'))
+        .expect("a return path")
+        .to_string();
+    let delivered = fill(
+        &std::fs::read(Path::new(CORPUS).join("postfix_delivered.eml")).unwrap(),
+        &return_path,
+        &format!("<{id}@acme.test>"),
+        &["ada@example.test"],
+    );
+    let (mut c, greeting) = Client::connect(([127, 0, 0, 1], port).into()).await;
+    assert!(greeting.starts_with("220"), "{greeting}");
+    let r = c.send(&return_path, &delivered).await;
+    assert!(r.starts_with("250 2.0.0 Applied"), "{r}");
+    let shown: Value = http
+        .get(format!("{}/emails/{id}", server.base))
+        .bearer_auth(&full_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["last_event"], "delivered", "{shown}");
+    assert_eq!(shown["status"], "sent");
 }
 
 /// The whole loop on loopback: the email goes out through SMTP with its
@@ -746,7 +800,7 @@ async fn a_bounce_travels_the_whole_loop(b: Backend) {
         &format!("<{id}@acme.test>"),
         &["ada@example.test"],
     );
-    let (mut c, _) = Client::connect(&listener).await;
+    let (mut c, _) = Client::connect(listener.addr()).await;
     c.say("EHLO mx.google.com").await;
     let r = c.send(&return_path, &bounce).await;
     assert!(r.starts_with("250 2.0.0 Applied"), "{r}");
@@ -780,5 +834,6 @@ on_both_backends!(
     the_operator_command_reads_one_report_from_stdin,
     the_listener_bounds_size_and_rate,
     idle_and_excess_connections_are_let_go,
+    serve_runs_the_listener_when_asked,
     a_bounce_travels_the_whole_loop,
 );
