@@ -383,6 +383,36 @@ async fn forged_reports_change_nothing(b: Backend) {
         panic!("applied a report about a stranger: {outcome:?}");
     };
     assert!(reason.contains("names no recipient"), "{reason}");
+    // Nor about a recipient the suppression list removed at the handoff:
+    // the message never went there.
+    app.post(
+        &app.full_key,
+        "/suppressions",
+        json!({"email": "bob@example.test"}),
+    )
+    .await
+    .expect(200, "");
+    let (two_id, two_path) = sent(&app, &["ada@example.test", "bob@example.test"]).await;
+    let report = fill(
+        &template,
+        &two_path,
+        &format!("<{two_id}@acme.test>"),
+        &["bob@example.test"],
+    );
+    let outcome = app.service.ingest_feedback(&report, stdin()).await.unwrap();
+    assert!(
+        matches!(outcome, Ingested::Quarantined { .. }),
+        "{outcome:?}"
+    );
+    app.call(
+        "DELETE",
+        "/suppressions/bob@example.test",
+        Some(&app.full_key),
+        &[],
+        None,
+    )
+    .await
+    .expect(200, "");
 
     assert_eq!(
         app.db.count("SELECT count(*) FROM email_events").await,
@@ -394,7 +424,7 @@ async fn forged_reports_change_nothing(b: Backend) {
         app.db
             .count("SELECT count(*) FROM feedback_reports WHERE outcome = 'quarantined' AND raw_base64 IS NOT NULL")
             .await,
-        4,
+        5,
         "every forged report is kept, with its message"
     );
     for id in [&our_id, &their_id] {

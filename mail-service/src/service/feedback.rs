@@ -347,20 +347,30 @@ struct Plan {
     ignored: Vec<String>,
 }
 
-/// The email's recipients (to, cc, bcc), normalised.
+/// The recipients the email was handed off to (to, cc, bcc, normalised,
+/// without those the suppression list removed at its handoff).
 fn recipients_of(target: &FeedbackTarget) -> Vec<String> {
     let payload = serde_json::to_value(&target.payload.0).unwrap_or_default();
     let Ok(email) = model::validate_email(&payload) else {
         return Vec::new();
     };
-    let mut all: Vec<String> = email
+    let removed = target
+        .suppressed_recipients
+        .as_ref()
+        .map(|l| l.0.clone())
+        .unwrap_or_default();
+    let mut all: Vec<String> = Vec::new();
+    for address in email
         .to
         .iter()
         .chain(&email.cc)
         .chain(&email.bcc)
         .map(|m| model::normalized(&m.email))
-        .collect();
-    all.dedup();
+    {
+        if !removed.contains(&address) && !all.contains(&address) {
+            all.push(address);
+        }
+    }
     all
 }
 

@@ -55,6 +55,8 @@ pub struct FeedbackTarget {
     pub payload: JsonText<EmailPayload>,
     pub message_id: String,
     pub created_at: i64,
+    /// Recipients removed at the handoff (never sent to).
+    pub suppressed_recipients: Option<JsonText<Vec<String>>>,
 }
 
 const INSERT_REPORT: &str = "INSERT INTO feedback_reports (id, received_at, source, peer, envelope_to, digest, size, outcome, reason, tenant_id, email_id, raw_base64) \
@@ -90,7 +92,7 @@ impl Store {
     pub async fn feedback_target(&self, email_id: i64) -> Result<Option<FeedbackTarget>, Error> {
         Ok(on_db!(self, pool => {
             sqlx::query_as(
-                "SELECT id, tenant_id, status, from_domain, payload, message_id, created_at FROM emails WHERE id = $1",
+                "SELECT id, tenant_id, status, from_domain, payload, message_id, created_at, suppressed_recipients FROM emails WHERE id = $1",
             )
             .bind(email_id)
             .fetch_optional(pool)
