@@ -763,7 +763,7 @@ fn signatures_verify_only_untampered_and_fresh() {
     let body = br#"{"test": 2432232314}"#;
     assert_eq!(
         signature(
-            &[key.clone()],
+            std::slice::from_ref(&key),
             "msg_p5jXN8AQM9LWM0D4loKWxJek",
             1614265330,
             body
@@ -779,7 +779,7 @@ fn signatures_verify_only_untampered_and_fresh() {
         h.insert("webhook-signature", sig.parse().unwrap());
         h
     };
-    let signed = signature(&[key.clone()], "msg_1", now, body);
+    let signed = signature(std::slice::from_ref(&key), "msg_1", now, body);
     assert!(
         verifier
             .verify(body, &headers("msg_1", now, &signed))
@@ -804,7 +804,7 @@ fn signatures_verify_only_untampered_and_fresh() {
         "tampered timestamp"
     );
     let old = now - 10 * 60;
-    let stale = signature(&[key.clone()], "msg_1", old, body);
+    let stale = signature(std::slice::from_ref(&key), "msg_1", old, body);
     assert!(
         verifier
             .verify(body, &headers("msg_1", old, &stale))
