@@ -13,8 +13,10 @@ use axum::http::HeaderMap;
 use common::receiver::{Answer, Receiver};
 use common::{Backend, Resp, TestApp, email};
 use dns_fixture::{DnsFixture, Record};
+use mail_service::clock::Clock;
 use mail_service::model::{EndpointPolicy, SigningSecret, signature};
 use mail_service::service::{DnsProtocol, DnsSettings, Settings, WebhookSettings};
+use mail_service::store::{AttemptOutcome, WebhookAttempt};
 use serde_json::{Value, json};
 
 /// The compressed schedule of these stories: 1 s, 2 s, 3 s.
@@ -685,8 +687,53 @@ async fn a_domain_status_change_is_sent(b: Backend) {
     assert_eq!(dispatch(&app).await, 0);
 }
 
+async fn a_stopped_nodes_lease_runs_out_and_another_node_delivers(b: Backend) {
+    let app = local_app(b).await;
+    let receiver = Receiver::start().await;
+    subscribe(&app, &receiver, &["email.sent"]).await;
+    send(&app).await;
+    // A node claims the event for a minute and stops before recording an
+    // attempt (whether or not its request reached the receiver).
+    let now = app.clock.now_ms();
+    let claim = 7;
+    assert_eq!(
+        app.store
+            .claim_webhook_events(claim, now, now + 60_000, 16)
+            .await
+            .unwrap(),
+        1
+    );
+    let stale = app.store.claimed_webhook_events(claim).await.unwrap();
+    assert_eq!(dispatch(&app).await, 0, "leased to the stopped node");
+    app.clock.advance_ms(60_001);
+    assert_eq!(dispatch(&app).await, 1, "due again when the lease ran out");
+    assert_eq!(receiver.seen().len(), 1);
+    assert_eq!(receiver.seen()[0].verified, vec![true]);
+    // A late record of the stopped node's attempt changes nothing.
+    let late = WebhookAttempt {
+        id: 0,
+        event_id: stale[0].id,
+        attempted_at: now,
+        status_code: Some(200),
+        error_class: None,
+        response: String::new(),
+        duration_ms: 1,
+    };
+    assert!(
+        !app.store
+            .record_attempt(claim, &stale[0], &late, &AttemptOutcome::Delivered, now)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        app.db.count("SELECT count(*) FROM webhook_attempts").await,
+        1
+    );
+}
+
 on_both_backends!(
     a_sent_email_reaches_the_receiver_signed,
+    a_stopped_nodes_lease_runs_out_and_another_node_delivers,
     a_domain_status_change_is_sent,
     each_event_type_is_sent_from_the_state_change,
     a_receiver_down_then_up_gets_it_with_the_same_id,
