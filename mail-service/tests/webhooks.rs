@@ -15,7 +15,9 @@ use common::{Backend, Resp, TestApp, email};
 use dns_fixture::{DnsFixture, Record};
 use mail_service::clock::Clock;
 use mail_service::model::{EndpointPolicy, SigningSecret, signature};
-use mail_service::service::{DnsProtocol, DnsSettings, Settings, WebhookSettings};
+use mail_service::service::{
+    DnsProtocol, DnsSettings, Settings, WebhookDispatcher, WebhookSettings,
+};
 use mail_service::store::{AttemptOutcome, WebhookAttempt};
 use serde_json::{Value, json};
 
@@ -731,8 +733,59 @@ async fn a_stopped_nodes_lease_runs_out_and_another_node_delivers(b: Backend) {
     );
 }
 
+async fn a_slow_endpoint_does_not_hold_up_the_others(b: Backend) {
+    let mut slow_ok = settings(local());
+    slow_ok.webhooks.timeout = Duration::from_secs(10);
+    slow_ok.webhooks.poll = Duration::from_millis(50);
+    let app = TestApp::with(b, None, slow_ok).await;
+    let slow = Receiver::start().await;
+    let fast = Receiver::start().await;
+    let slow_id = subscribe(&app, &slow, &["email.sent"]).await;
+    subscribe(&app, &fast, &["email.sent"]).await;
+    slow.plan(&[
+        Answer::Slow(Duration::from_secs(4)),
+        Answer::Slow(Duration::from_secs(4)),
+    ]);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let dispatcher = tokio::spawn(WebhookDispatcher::new(app.service.clone()).run(stopped));
+    send(&app).await;
+    let arrived = |r: &Receiver, n: usize| {
+        let r = r.clone();
+        async move {
+            let started = std::time::Instant::now();
+            while r.seen().len() < n {
+                assert!(
+                    started.elapsed() < Duration::from_secs(2),
+                    "{n} deliveries within 2 s"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    arrived(&fast, 1).await;
+    arrived(&slow, 1).await;
+    // The slow endpoint takes 4 s to answer; the next event reaches the
+    // fast one meanwhile (within 2 s).
+    send(&app).await;
+    arrived(&fast, 2).await;
+    assert!(
+        events_of(&app, &slow_id)
+            .await
+            .iter()
+            .all(|e| e["status"] == "pending"),
+        "the slow endpoint has not answered yet"
+    );
+    let _ = stop.send(true);
+    dispatcher.await.unwrap();
+    // Stopping waited for the deliveries under way.
+    let slow_events = events_of(&app, &slow_id).await;
+    assert_eq!(slow_events.len(), 2);
+    assert!(slow_events.iter().all(|e| e["status"] == "success"));
+}
+
 on_both_backends!(
     a_sent_email_reaches_the_receiver_signed,
+    a_slow_endpoint_does_not_hold_up_the_others,
     a_stopped_nodes_lease_runs_out_and_another_node_delivers,
     a_domain_status_change_is_sent,
     each_event_type_is_sent_from_the_state_change,

@@ -127,28 +127,39 @@ impl MailService {
     /// configured concurrency), makes them at the same time and records
     /// each. Returns how many were claimed.
     pub async fn deliver_due_webhooks(&self) -> Result<usize, Error> {
-        let settings = &self.settings.webhooks;
-        let claim = self.ids.next();
-        let now = self.clock.now_ms();
-        // An attempt ends within the timeout; the lease leaves room for
-        // recording it. A row still claimed after that belongs to a node
-        // that stopped, and is due again.
-        let lease_until = now + (settings.timeout * 2 + Duration::from_secs(30)).as_millis() as i64;
-        let claimed = self
-            .store
-            .claim_webhook_events(claim, now, lease_until, settings.concurrency as i64)
+        let (claim, deliveries) = self
+            .claim_webhook_deliveries(self.settings.webhooks.concurrency)
             .await?;
-        if claimed == 0 {
-            return Ok(0);
-        }
-        let deliveries = self.store.claimed_webhook_events(claim).await?;
+        let claimed = deliveries.len();
         let mut running = tokio::task::JoinSet::new();
         for delivery in deliveries {
             let service = self.clone();
             running.spawn(async move { service.deliver(claim, delivery).await });
         }
         while running.join_next().await.is_some() {}
-        Ok(claimed as usize)
+        Ok(claimed)
+    }
+
+    /// Claims up to `limit` due deliveries: the claim's id and the rows.
+    async fn claim_webhook_deliveries(
+        &self,
+        limit: usize,
+    ) -> Result<(i64, Vec<ClaimedDelivery>), Error> {
+        let claim = self.ids.next();
+        let now = self.clock.now_ms();
+        // An attempt ends within the timeout; the lease leaves room for
+        // recording it. A row still claimed after that belongs to a node
+        // that stopped, and is due again.
+        let timeout = self.settings.webhooks.timeout;
+        let lease_until = now + (timeout * 2 + Duration::from_secs(30)).as_millis() as i64;
+        let claimed = self
+            .store
+            .claim_webhook_events(claim, now, lease_until, limit as i64)
+            .await?;
+        if claimed == 0 {
+            return Ok((claim, Vec::new()));
+        }
+        Ok((claim, self.store.claimed_webhook_events(claim).await?))
     }
 
     async fn deliver(&self, claim: i64, delivery: ClaimedDelivery) {
@@ -321,9 +332,12 @@ fn refused(e: reqwest::Error) -> Refused {
     Refused { class, detail }
 }
 
-/// Runs dispatch rounds until told to stop: at once again after a round
-/// that claimed something, else after the poll interval or when woken (a
-/// replay on this node).
+/// Delivers until told to stop: claims as many due deliveries as it has
+/// free slots (`--webhook-concurrency`), so every claimed delivery starts
+/// at once and a slow endpoint holds one slot, not a round; claims again as
+/// soon as a slot frees up, else after the poll interval or when woken (a
+/// replay on this node). On stop it claims nothing more and lets the
+/// deliveries under way finish.
 pub struct WebhookDispatcher {
     service: MailService,
 }
@@ -334,19 +348,43 @@ impl WebhookDispatcher {
     }
 
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let poll = self.service.settings.webhooks.poll;
+        let settings = &self.service.settings.webhooks;
+        let slots = Arc::new(tokio::sync::Semaphore::new(settings.concurrency));
         let wake = self.service.webhook_wake.clone();
         while !*stop.borrow() {
-            match self.service.deliver_due_webhooks().await {
-                Ok(0) => {}
-                Ok(_) => continue,
-                Err(e) => tracing::warn!(error = %e, "webhook dispatch round failed"),
+            let free = slots.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    permit = slots.acquire() => drop(permit),
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
+            match self.service.claim_webhook_deliveries(free).await {
+                Ok((claim, deliveries)) if !deliveries.is_empty() => {
+                    for delivery in deliveries {
+                        // Free: only this loop takes slots, and it claimed
+                        // no more rows than were free.
+                        let Ok(permit) = slots.clone().acquire_owned().await else {
+                            break;
+                        };
+                        let service = self.service.clone();
+                        tokio::spawn(async move {
+                            service.deliver(claim, delivery).await;
+                            drop(permit);
+                        });
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "webhook claim failed"),
             }
             tokio::select! {
-                _ = tokio::time::sleep(poll) => {}
+                _ = tokio::time::sleep(settings.poll) => {}
                 _ = wake.notified() => {}
                 _ = stop.changed() => {}
             }
         }
+        let _ = slots.acquire_many(settings.concurrency as u32).await;
     }
 }
