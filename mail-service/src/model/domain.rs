@@ -89,13 +89,14 @@ pub struct Domain {
     pub created_at: i64,
 }
 
-impl Domain {
-    /// Whether mail from this domain may be sent: verified, or verified
-    /// before and now only unreachable in DNS (`temporary_failure`).
-    pub fn may_send(&self) -> bool {
-        match self.status {
+impl DomainStatus {
+    /// Whether mail from a domain in this status may be sent: verified, or
+    /// verified before (`verified_at`) and now only unreachable in DNS
+    /// (`temporary_failure`).
+    pub fn may_send(self, verified_at: Option<i64>) -> bool {
+        match self {
             DomainStatus::Verified => true,
-            DomainStatus::TemporaryFailure => self.verified_at.is_some(),
+            DomainStatus::TemporaryFailure => verified_at.is_some(),
             _ => false,
         }
     }

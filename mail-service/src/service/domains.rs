@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::model::{
     self, DKIM_SELECTOR, DnsRecord, Domain, DomainStatus, RecordStatus, ValidatedEmail,
 };
-use crate::store::{DkimKey, DomainCheck, NewDomain};
+use crate::store::{DkimKey, DomainCheck, NewDomain, SendingDomain};
 use crate::transport::DkimSigning;
 
 use super::dns::{Found, mx_values, txt_values};
@@ -266,21 +266,21 @@ impl MailService {
     }
 
     /// Refuses an email whose `from` is not on a domain of the tenant that
-    /// may send (403).
+    /// may send (403); otherwise answers the domain's key, which its handoff
+    /// signs with (one read serves the check and the signature).
     pub(super) async fn check_sender(
         &self,
         tenant_id: i64,
         email: &ValidatedEmail,
-    ) -> Result<(), Error> {
+    ) -> Result<DkimKey, Error> {
         let name = domain_of(email);
-        match self.store.domain_by_name(tenant_id, &name).await? {
-            Some(d) if d.may_send() => Ok(()),
-            Some(d) => Err(Error::DomainNotVerified {
+        match self.store.sending_domain(tenant_id, &name).await? {
+            Some(d) if d.status.may_send(d.verified_at) => Ok(d.key),
+            Some(SendingDomain { id, status, .. }) => Err(Error::DomainNotVerified {
                 field: "from".into(),
                 domain: name,
                 detail: format!(
-                    "its status is {}; verify it first (POST /domains/{}/verify)",
-                    d.status, d.id
+                    "its status is {status}; verify it first (POST /domains/{id}/verify)"
                 ),
             }),
             None => Err(Error::DomainNotVerified {
@@ -291,26 +291,18 @@ impl MailService {
         }
     }
 
-    /// How the `from` domain sends, when the tenant has that domain (every
-    /// email is checked against the sending rule before its handoff, so
-    /// mail reaching here is from a domain that may send): its signer and
-    /// its return-path domain (`send.example.com`).
-    pub(super) async fn sending_identity(
+    /// How mail from a domain that passed `check_sender` leaves: its signer
+    /// (built once per stored key) and its return-path domain
+    /// (`send.example.com`).
+    pub(super) fn sending_identity(
         &self,
         tenant_id: i64,
-        email: &ValidatedEmail,
-    ) -> Result<Option<SendingIdentity>, String> {
-        let name = domain_of(email);
-        let key = match self.store.dkim_key(tenant_id, &name).await {
-            Err(e) => return Err(format!("the DKIM key could not be read ({e})")),
-            Ok(None) => return Ok(None),
-            Ok(Some(key)) => key,
-        };
-        let signing = self.dkim_signers.get_or_build(tenant_id, &key)?;
-        Ok(Some(SendingIdentity {
-            signing,
+        key: &DkimKey,
+    ) -> Result<SendingIdentity, String> {
+        Ok(SendingIdentity {
+            signing: self.dkim_signers.get_or_build(tenant_id, key)?,
             return_path_domain: format!("{}.{}", key.return_path, key.name),
-        }))
+        })
     }
 
     /// The operator's command for local use: creates the domain if it is

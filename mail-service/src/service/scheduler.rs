@@ -60,8 +60,14 @@ impl MailService {
             // The domain may have been deleted since it was accepted.
             Ok(valid) => match self.check_sender(email.tenant_id, &valid).await {
                 Err(e) => (EmailStatus::Failed, Some(format!("not sent: {e}"))),
-                Ok(()) => match self
-                    .hand_off(email.tenant_id, &valid, email.id, &email.message_id)
+                Ok(sender) => match self
+                    .hand_off(
+                        email.tenant_id,
+                        &valid,
+                        &sender,
+                        email.id,
+                        &email.message_id,
+                    )
                     .await
                 {
                     Handoff::Accepted => (EmailStatus::Sent, None),

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::model::{self, EmailStatus, KeyState, MAX_BATCH, StoredEmail, ValidatedEmail};
-use crate::store::{EmailUpdate, KeyRecord, KeyRef, NewEmail, Reservation, Reserved};
+use crate::store::{DkimKey, EmailUpdate, KeyRecord, KeyRef, NewEmail, Reservation, Reserved};
 use crate::transport::{self, Handoff};
 
 use super::suppressions::Screened;
@@ -118,7 +118,8 @@ impl MailService {
         body: &Value,
     ) -> Result<Sent, Error> {
         let email = model::validate_email(body)?;
-        self.check_sender(caller.principal.tenant_id, &email)
+        let sender = self
+            .check_sender(caller.principal.tenant_id, &email)
             .await?;
         let now = self.clock.now_ms();
         if let Some(at) = email.scheduled_at {
@@ -153,7 +154,13 @@ impl MailService {
         }
         let key_ref = reservation.as_ref().map(key_ref);
         let result = self
-            .hand_off(caller.principal.tenant_id, &email, id, &new.message_id)
+            .hand_off(
+                caller.principal.tenant_id,
+                &email,
+                &sender,
+                id,
+                &new.message_id,
+            )
             .await;
         let now = self.clock.now_ms();
         let (status, detail, state, answer) = match result {
@@ -260,23 +267,25 @@ impl MailService {
             ));
         }
         let now = self.clock.now_ms();
-        let mut valid: Vec<(usize, ValidatedEmail)> = Vec::new();
+        let mut valid: Vec<(usize, ValidatedEmail, DkimKey)> = Vec::new();
         let mut errors = Vec::new();
         for (index, item) in items.iter().enumerate() {
-            let mut checked =
+            let checked =
                 model::validate_batch_item(item).and_then(|email| match email.scheduled_at {
                     Some(at) => {
                         model::check_schedule_window("scheduled_at", at, now).map(|()| email)
                     }
                     None => Ok(email),
                 });
-            if let Ok(email) = &checked
-                && let Err(e) = self.check_sender(caller.principal.tenant_id, email).await
-            {
-                checked = Err(e);
-            }
+            let checked = match checked {
+                Ok(email) => self
+                    .check_sender(caller.principal.tenant_id, &email)
+                    .await
+                    .map(|sender| (email, sender)),
+                Err(e) => Err(e),
+            };
             match checked {
-                Ok(email) => valid.push((index, email)),
+                Ok((email, sender)) => valid.push((index, email, sender)),
                 Err(e) if validation == BatchValidation::Strict => return Err(e.at_index(index)),
                 Err(e) => errors.push(ItemError {
                     index,
@@ -286,11 +295,11 @@ impl MailService {
         }
         let batch_id = valid
             .iter()
-            .any(|(_, e)| e.scheduled_at.is_some())
+            .any(|(_, e, _)| e.scheduled_at.is_some())
             .then(|| self.ids.next());
         let news: Vec<NewEmail> = valid
             .iter()
-            .map(|(_, e)| {
+            .map(|(_, e, _)| {
                 let due = batch_id.map(|_| e.scheduled_at.unwrap_or(now));
                 self.new_email(caller, e, due, batch_id)
             })
@@ -318,9 +327,15 @@ impl MailService {
         let key_ref = reservation.as_ref().map(key_ref);
         let request_id = caller.request_id.to_string();
         let mut sent_ids = Vec::new();
-        for (position, ((index, email), new)) in valid.iter().zip(&news).enumerate() {
+        for (position, ((index, email, sender), new)) in valid.iter().zip(&news).enumerate() {
             let result = self
-                .hand_off(caller.principal.tenant_id, email, new.id, &new.message_id)
+                .hand_off(
+                    caller.principal.tenant_id,
+                    email,
+                    sender,
+                    new.id,
+                    &new.message_id,
+                )
                 .await;
             let now = self.clock.now_ms();
             let (status, detail, unknown) = match result {
@@ -495,6 +510,7 @@ impl MailService {
         &self,
         tenant_id: i64,
         email: &ValidatedEmail,
+        sender: &DkimKey,
         id: i64,
         message_id: &str,
     ) -> Handoff {
@@ -523,18 +539,16 @@ impl MailService {
             }
         };
         let email = remaining.as_deref().unwrap_or(email);
-        let identity = match self.sending_identity(tenant_id, email).await {
+        let identity = match self.sending_identity(tenant_id, sender) {
             Ok(d) => d,
             Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
         };
-        let return_path = identity
-            .as_ref()
-            .map(|i| self.verp.return_path(id, &i.return_path_domain));
+        let return_path = self.verp.return_path(id, &identity.return_path_domain);
         let envelope = transport::Envelope {
             email_id: id,
             message_id,
-            dkim: identity.as_ref().map(|i| &*i.signing),
-            return_path: return_path.as_deref(),
+            dkim: Some(&identity.signing),
+            return_path: Some(&return_path),
         };
         match tokio::time::timeout(
             self.settings.handoff_lease,

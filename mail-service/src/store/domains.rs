@@ -37,6 +37,17 @@ pub struct DomainCheck {
     pub verify_until: Option<i64>,
 }
 
+/// What a send needs of its `from` domain, in one read: whether it may
+/// send, and what signs its mail.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SendingDomain {
+    pub id: i64,
+    pub status: DomainStatus,
+    pub verified_at: Option<i64>,
+    #[sqlx(flatten)]
+    pub key: DkimKey,
+}
+
 /// What signs a verified domain's mail.
 #[derive(Clone, sqlx::FromRow)]
 pub struct DkimKey {
@@ -213,10 +224,16 @@ impl Store {
     }
 
     /// The signing key of the tenant's domain `name`.
-    pub async fn dkim_key(&self, tenant_id: i64, name: &str) -> Result<Option<DkimKey>, Error> {
+    /// The tenant's domain of that name as a send needs it: status and key
+    /// (the only read of a private key).
+    pub async fn sending_domain(
+        &self,
+        tenant_id: i64,
+        name: &str,
+    ) -> Result<Option<SendingDomain>, Error> {
         Ok(on_db!(self, pool => {
             sqlx::query_as(
-                "SELECT name, return_path, dkim_selector, dkim_private_key FROM domains WHERE tenant_id = $1 AND name = $2",
+                "SELECT id, status, verified_at, name, return_path, dkim_selector, dkim_private_key FROM domains WHERE tenant_id = $1 AND name = $2",
             )
             .bind(tenant_id)
             .bind(name)

@@ -35,7 +35,7 @@ use crate::error::Error;
 use crate::model::{ApiKey, EmailStatus, KeyState, Principal, RequestLog, StoredEmail, Tenant};
 
 pub use analytics::DayCount;
-pub use domains::{DkimKey, DomainCheck, NewDomain};
+pub use domains::{DkimKey, DomainCheck, NewDomain, SendingDomain};
 pub use feedback::{FeedbackTarget, NewAutoSuppression, NewEvent, NewReport};
 pub use records::{
     Change, ClaimedEmail, EmailFilter, EmailUpdate, KeyRecord, KeyRef, LogFilter, NewEmail, NewLog,
