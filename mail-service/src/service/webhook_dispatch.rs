@@ -332,12 +332,13 @@ fn refused(e: reqwest::Error) -> Refused {
     Refused { class, detail }
 }
 
-/// Delivers until told to stop: claims as many due deliveries as it has
-/// free slots (`--webhook-concurrency`), so every claimed delivery starts
-/// at once and a slow endpoint holds one slot, not a round; claims again as
-/// soon as a slot frees up, else after the poll interval or when woken (a
-/// replay on this node). On stop it claims nothing more and lets the
-/// deliveries under way finish.
+/// Delivers until told to stop: claims no more due deliveries than it has
+/// free slots (`--webhook-concurrency`), so every claimed delivery starts at
+/// once and a slow endpoint holds one slot, not the others; claims again
+/// once at least half the slots are free (each claim is a write, so it
+/// takes several rows at a time), else after the poll interval or when
+/// woken (a replay on this node). On stop it claims nothing more and lets
+/// the deliveries under way finish.
 pub struct WebhookDispatcher {
     service: MailService,
 }
@@ -350,12 +351,14 @@ impl WebhookDispatcher {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let settings = &self.service.settings.webhooks;
         let slots = Arc::new(tokio::sync::Semaphore::new(settings.concurrency));
+        let finished = Arc::new(tokio::sync::Notify::new());
         let wake = self.service.webhook_wake.clone();
+        let enough = settings.concurrency.div_ceil(2);
         while !*stop.borrow() {
             let free = slots.available_permits();
-            if free == 0 {
+            if free < enough && free < settings.concurrency {
                 tokio::select! {
-                    permit = slots.acquire() => drop(permit),
+                    _ = finished.notified() => {}
                     _ = stop.changed() => {}
                 }
                 continue;
@@ -369,9 +372,11 @@ impl WebhookDispatcher {
                             break;
                         };
                         let service = self.service.clone();
+                        let finished = finished.clone();
                         tokio::spawn(async move {
                             service.deliver(claim, delivery).await;
                             drop(permit);
+                            finished.notify_one();
                         });
                     }
                     continue;
