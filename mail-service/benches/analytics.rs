@@ -193,12 +193,6 @@ async fn main() {
             pg_dir.path(),
         )
         .await;
-        if let Ok(pool) = sqlx::PgPool::connect(&url).await {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP SCHEMA IF EXISTS {schema} CASCADE"
-            )))
-            .execute(&pool)
-            .await;
-        }
+        support::drop_schema(&url, &schema).await;
     }
 }

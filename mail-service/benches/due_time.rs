@@ -340,12 +340,6 @@ async fn main() {
             span,
         )
         .await;
-        if let Ok(pool) = sqlx::PgPool::connect(&url).await {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP SCHEMA IF EXISTS {schema} CASCADE"
-            )))
-            .execute(&pool)
-            .await;
-        }
+        support::drop_schema(&url, &schema).await;
     }
 }

@@ -384,12 +384,6 @@ async fn main() {
             concurrency,
         )
         .await;
-        if let Ok(pool) = sqlx::PgPool::connect(&url).await {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP SCHEMA IF EXISTS {schema} CASCADE"
-            )))
-            .execute(&pool)
-            .await;
-        }
+        support::drop_schema(&url, &schema).await;
     }
 }

@@ -82,3 +82,15 @@ pub fn serve(env: &[(String, String)]) -> (Child, String) {
         .expect("server address");
     (child, base)
 }
+
+/// Drops a benchmark's PostgreSQL schema once the run is over (best effort:
+/// a schema left behind is only clutter, named `bench_…`).
+pub async fn drop_schema(url: &str, schema: &str) {
+    if let Ok(pool) = sqlx::PgPool::connect(url).await {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE"
+        )))
+        .execute(&pool)
+        .await;
+    }
+}
