@@ -126,16 +126,13 @@ impl Store {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<Domain>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_domain!(
-                "WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
-            ))
-            .bind(tenant_id)
-            .bind(before_id.unwrap_or(i64::MAX))
-            .bind(limit)
-            .fetch_all(pool)
-            .await?
-        }))
+        page!(
+            self,
+            select_domain!("WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"),
+            tenant_id,
+            before_id,
+            limit
+        )
     }
 
     /// Returns false when the tenant has no such domain.

@@ -109,6 +109,22 @@ macro_rules! on_db {
     };
 }
 
+/// A page of rows, newest first, before `before_id` (the list endpoints'
+/// cursor): `$sql` selects `WHERE <owner> = $1 AND id < $2 ORDER BY id
+/// DESC LIMIT $3`, for the owner (a tenant, a webhook, an event).
+macro_rules! page {
+    ($store:expr, $sql:expr, $owner:expr, $before_id:expr, $limit:expr) => {
+        Ok(on_db!($store, pool => {
+            sqlx::query_as($sql)
+                .bind($owner)
+                .bind($before_id.unwrap_or(i64::MAX))
+                .bind($limit)
+                .fetch_all(pool)
+                .await?
+        }))
+    };
+}
+
 mod accounts;
 mod analytics;
 mod domains;

@@ -121,16 +121,13 @@ impl Store {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<Webhook>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_webhook!(
-                "WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
-            ))
-            .bind(tenant_id)
-            .bind(before_id.unwrap_or(i64::MAX))
-            .bind(limit)
-            .fetch_all(pool)
-            .await?
-        }))
+        page!(
+            self,
+            select_webhook!("WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"),
+            tenant_id,
+            before_id,
+            limit
+        )
     }
 
     /// Sets a webhook's endpoint, events and status (enabling clears the
@@ -342,16 +339,13 @@ impl Store {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<WebhookEvent>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_event!(
-                "WHERE webhook_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
-            ))
-            .bind(webhook_id)
-            .bind(before_id.unwrap_or(i64::MAX))
-            .bind(limit)
-            .fetch_all(pool)
-            .await?
-        }))
+        page!(
+            self,
+            select_event!("WHERE webhook_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"),
+            webhook_id,
+            before_id,
+            limit
+        )
     }
 
     pub async fn webhook_event(
@@ -375,17 +369,14 @@ impl Store {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<WebhookAttempt>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(
-                "SELECT id, event_id, attempted_at, status_code, error_class, response, duration_ms FROM webhook_attempts \
-                 WHERE event_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
-            )
-            .bind(event_id)
-            .bind(before_id.unwrap_or(i64::MAX))
-            .bind(limit)
-            .fetch_all(pool)
-            .await?
-        }))
+        page!(
+            self,
+            "SELECT id, event_id, attempted_at, status_code, error_class, response, duration_ms FROM webhook_attempts \
+             WHERE event_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+            event_id,
+            before_id,
+            limit
+        )
     }
 
     /// Makes an outbox row pending and due at `now` again, keeping its id
