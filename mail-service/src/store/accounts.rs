@@ -27,12 +27,7 @@ impl Store {
     }
 
     pub async fn find_tenant(&self, name: &str) -> Result<Option<Tenant>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_tenant!("WHERE name = $1"))
-                .bind(name)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(self, select_tenant!("WHERE name = $1"), name)
     }
 
     pub async fn list_tenants(&self) -> Result<Vec<Tenant>, Error> {

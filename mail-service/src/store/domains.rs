@@ -96,13 +96,12 @@ impl Store {
     }
 
     pub async fn domain(&self, tenant_id: i64, id: i64) -> Result<Option<Domain>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_domain!("WHERE tenant_id = $1 AND id = $2"))
-                .bind(tenant_id)
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(
+            self,
+            select_domain!("WHERE tenant_id = $1 AND id = $2"),
+            tenant_id,
+            id
+        )
     }
 
     pub async fn domain_by_name(
@@ -110,13 +109,12 @@ impl Store {
         tenant_id: i64,
         name: &str,
     ) -> Result<Option<Domain>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_domain!("WHERE tenant_id = $1 AND name = $2"))
-                .bind(tenant_id)
-                .bind(name)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(
+            self,
+            select_domain!("WHERE tenant_id = $1 AND name = $2"),
+            tenant_id,
+            name
+        )
     }
 
     /// The tenant's domains, newest first, before `before_id`.

@@ -329,13 +329,12 @@ impl Store {
     }
 
     pub async fn email(&self, tenant_id: i64, id: i64) -> Result<Option<StoredEmail>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_email!("WHERE id = $1 AND tenant_id = $2"))
-                .bind(id)
-                .bind(tenant_id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(
+            self,
+            select_email!("WHERE id = $1 AND tenant_id = $2"),
+            id,
+            tenant_id
+        )
     }
 
     /// The tenant's emails, newest first; at most `filter.limit` rows.

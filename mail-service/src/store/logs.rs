@@ -177,12 +177,11 @@ impl Store {
     }
 
     pub async fn log(&self, tenant_id: i64, id: i64) -> Result<Option<RequestLog>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_log!("WHERE tenant_id = $1 AND id = $2"))
-                .bind(tenant_id)
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(
+            self,
+            select_log!("WHERE tenant_id = $1 AND id = $2"),
+            tenant_id,
+            id
+        )
     }
 }

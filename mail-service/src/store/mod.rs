@@ -125,6 +125,18 @@ macro_rules! page {
     };
 }
 
+/// The row a query selects, if any, with its parameters in `$1, $2` order.
+macro_rules! optional {
+    ($store:expr, $sql:expr, $($param:expr),+ $(,)?) => {
+        Ok(on_db!($store, pool => {
+            sqlx::query_as($sql)
+                $(.bind($param))+
+                .fetch_optional(pool)
+                .await?
+        }))
+    };
+}
+
 mod accounts;
 mod analytics;
 mod domains;

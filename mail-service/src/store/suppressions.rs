@@ -39,13 +39,12 @@ impl Store {
         tenant_id: i64,
         email: &str,
     ) -> Result<Option<Suppression>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_suppression!("WHERE tenant_id = $1 AND email = $2"))
-                .bind(tenant_id)
-                .bind(email)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(
+            self,
+            select_suppression!("WHERE tenant_id = $1 AND email = $2"),
+            tenant_id,
+            email
+        )
     }
 
     pub async fn suppression_by_id(
@@ -53,13 +52,12 @@ impl Store {
         tenant_id: i64,
         id: i64,
     ) -> Result<Option<Suppression>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_suppression!("WHERE tenant_id = $1 AND id = $2"))
-                .bind(tenant_id)
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(
+            self,
+            select_suppression!("WHERE tenant_id = $1 AND id = $2"),
+            tenant_id,
+            id
+        )
     }
 
     /// The tenant's suppressions, newest first, before `before_id`.

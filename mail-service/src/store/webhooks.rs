@@ -105,13 +105,12 @@ impl Store {
     }
 
     pub async fn webhook(&self, tenant_id: i64, id: i64) -> Result<Option<Webhook>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_webhook!("WHERE id = $1 AND tenant_id = $2"))
-                .bind(id)
-                .bind(tenant_id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(
+            self,
+            select_webhook!("WHERE id = $1 AND tenant_id = $2"),
+            id,
+            tenant_id
+        )
     }
 
     /// The tenant's webhooks, newest first, before `before_id`.
@@ -353,13 +352,12 @@ impl Store {
         webhook_id: i64,
         id: i64,
     ) -> Result<Option<WebhookEvent>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as(select_event!("WHERE webhook_id = $1 AND id = $2"))
-                .bind(webhook_id)
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        optional!(
+            self,
+            select_event!("WHERE webhook_id = $1 AND id = $2"),
+            webhook_id,
+            id
+        )
     }
 
     /// An outbox row's attempts, newest first, before `before_id`.
