@@ -843,6 +843,21 @@ async fn a_bounce_travels_the_whole_loop(b: Backend) {
         .await
         .expect(200, "");
 
+    // The tenant's webhook gets `email.bounced`, signed: the receiver's
+    // reference verifier accepts it.
+    assert_eq!(
+        app.service.deliver_due_webhooks().await.expect("dispatch"),
+        1
+    );
+    let seen = receiver.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].verified, vec![true], "the signature verifies");
+    let event = seen[0].json();
+    assert_eq!(event["type"], "email.bounced", "{event}");
+    assert_eq!(event["data"]["email_id"], id.as_str(), "{event}");
+    assert_eq!(event["data"]["recipient"], "ada@example.test", "{event}");
+    assert_eq!(event["data"]["bounce"]["type"], "Permanent", "{event}");
+
     // The next email to the address is accepted and not handed off.
     let next = app.send(&email()).await;
     next.expect(200, "");
