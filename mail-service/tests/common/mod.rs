@@ -3,7 +3,9 @@
 //! multi-process and crash stories.
 #![allow(dead_code)]
 
+pub mod feedback;
 pub mod receiver;
+pub mod webhooks;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
