@@ -201,111 +201,53 @@ impl<S: Send + Sync> FromRequestParts<S> for KeyPath {
     }
 }
 
-/// The query of `GET /analytics`: `domain_id`, `days`.
-pub struct AnalyticsQueryParams(pub AnalyticsQuery);
+/// An extractor for a query of named optional strings (`$name(pub
+/// $query)`): each field filled by `read_query` from the parameter of its
+/// name; any other parameter is refused.
+macro_rules! query_params {
+    ($(#[$doc:meta])* $name:ident($query:ty) { $($field:ident),+ $(,)? }) => {
+        $(#[$doc])*
+        pub struct $name(pub $query);
 
-impl<S: Send + Sync> FromRequestParts<S> for AnalyticsQueryParams {
-    type Rejection = Error;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let mut query = AnalyticsQuery::default();
-        read_query(
-            parts,
-            &mut [
-                ("domain_id", &mut query.domain_id),
-                ("days", &mut query.days),
-            ],
-        )?;
-        Ok(AnalyticsQueryParams(query))
-    }
+        impl<S: Send + Sync> FromRequestParts<S> for $name {
+            type Rejection = Error;
+            async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+                let mut query = <$query>::default();
+                read_query(parts, &mut [$((stringify!($field), &mut query.$field)),+])?;
+                Ok($name(query))
+            }
+        }
+    };
 }
 
-/// The query of `GET /domains`: `limit`, `cursor`.
-pub struct DomainQueryParams(pub DomainQuery);
-
-impl<S: Send + Sync> FromRequestParts<S> for DomainQueryParams {
-    type Rejection = Error;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let mut query = DomainQuery::default();
-        read_query(
-            parts,
-            &mut [("limit", &mut query.limit), ("cursor", &mut query.cursor)],
-        )?;
-        Ok(DomainQueryParams(query))
-    }
+query_params! {
+    /// The query of `GET /analytics`: `domain_id`, `days`.
+    AnalyticsQueryParams(AnalyticsQuery) { domain_id, days }
 }
 
-/// The query of `GET /suppressions`: `limit`, `cursor`.
-pub struct SuppressionQueryParams(pub SuppressionQuery);
-
-impl<S: Send + Sync> FromRequestParts<S> for SuppressionQueryParams {
-    type Rejection = Error;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let mut query = SuppressionQuery::default();
-        read_query(
-            parts,
-            &mut [("limit", &mut query.limit), ("cursor", &mut query.cursor)],
-        )?;
-        Ok(SuppressionQueryParams(query))
-    }
+query_params! {
+    /// The query of `GET /domains`: `limit`, `cursor`.
+    DomainQueryParams(DomainQuery) { limit, cursor }
 }
 
-/// The query of the webhook lists: `limit`, `cursor`, `after`.
-pub struct WebhookListParams(pub WebhookListQuery);
-
-impl<S: Send + Sync> FromRequestParts<S> for WebhookListParams {
-    type Rejection = Error;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let mut query = WebhookListQuery::default();
-        read_query(
-            parts,
-            &mut [
-                ("limit", &mut query.limit),
-                ("cursor", &mut query.cursor),
-                ("after", &mut query.after),
-            ],
-        )?;
-        Ok(WebhookListParams(query))
-    }
+query_params! {
+    /// The query of `GET /suppressions`: `limit`, `cursor`.
+    SuppressionQueryParams(SuppressionQuery) { limit, cursor }
 }
 
-/// The query of `GET /logs`: `limit`, `cursor`, `method`, `status`.
-pub struct LogQueryParams(pub LogQuery);
-
-impl<S: Send + Sync> FromRequestParts<S> for LogQueryParams {
-    type Rejection = Error;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let mut query = LogQuery::default();
-        read_query(
-            parts,
-            &mut [
-                ("limit", &mut query.limit),
-                ("cursor", &mut query.cursor),
-                ("method", &mut query.method),
-                ("status", &mut query.status),
-            ],
-        )?;
-        Ok(LogQueryParams(query))
-    }
+query_params! {
+    /// The query of the webhook lists: `limit`, `cursor`, `after`.
+    WebhookListParams(WebhookListQuery) { limit, cursor, after }
 }
 
-/// The query of `GET /emails`: `limit`, `cursor`, `after`, `status`.
-pub struct EmailQueryParams(pub EmailQuery);
+query_params! {
+    /// The query of `GET /logs`: `limit`, `cursor`, `method`, `status`.
+    LogQueryParams(LogQuery) { limit, cursor, method, status }
+}
 
-impl<S: Send + Sync> FromRequestParts<S> for EmailQueryParams {
-    type Rejection = Error;
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let mut query = EmailQuery::default();
-        read_query(
-            parts,
-            &mut [
-                ("limit", &mut query.limit),
-                ("cursor", &mut query.cursor),
-                ("after", &mut query.after),
-                ("status", &mut query.status),
-            ],
-        )?;
-        Ok(EmailQueryParams(query))
-    }
+query_params! {
+    /// The query of `GET /emails`: `limit`, `cursor`, `after`, `status`.
+    EmailQueryParams(EmailQuery) { limit, cursor, after, status }
 }
 
 /// Fills each named slot from the query string; any other name is refused.
