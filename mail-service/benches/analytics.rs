@@ -179,20 +179,9 @@ async fn main() {
         .await;
     }
     if wanted("postgres") {
-        let url = std::env::var("MAIL_TEST_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        let pg = support::BenchSchema::new();
         let pg_dir = tempfile::tempdir().unwrap();
-        run(
-            "postgres",
-            StorageConfig::Postgres {
-                url: url.clone(),
-                schema: Some(schema.clone()),
-                max_connections: 4,
-            },
-            pg_dir.path(),
-        )
-        .await;
-        support::drop_schema(&url, &schema).await;
+        run("postgres", pg.storage(4), pg_dir.path()).await;
+        pg.drop().await;
     }
 }

@@ -358,32 +358,22 @@ async fn main() {
     }
 
     if wanted("postgres") {
-        let url = std::env::var("MAIL_TEST_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        let pg = support::BenchSchema::new();
         // The service's pool size (its default unless set), for the server
         // and for the raw writers alike.
         let connections = env_or("MAIL_DB_MAX_CONNECTIONS", 10);
-        let pg = StorageConfig::Postgres {
-            url: url.clone(),
-            schema: Some(schema.clone()),
-            max_connections: connections as u32,
-        };
+        let mut env = pg.serve_env(pg_dir.path());
+        env.push(("MAIL_DB_MAX_CONNECTIONS".into(), connections.to_string()));
+        env.push(outbox("postgres"));
         run(
             "postgres",
-            pg,
-            vec![
-                ("MAIL_DATA_DIR".into(), pg_dir.path().display().to_string()),
-                ("DATABASE_URL".into(), url.clone()),
-                ("MAIL_DATABASE_SCHEMA".into(), schema.clone()),
-                ("MAIL_DB_MAX_CONNECTIONS".into(), connections.to_string()),
-                outbox("postgres"),
-            ],
+            pg.storage(connections as u32),
+            env,
             pg_dir.path(),
             seconds,
             concurrency,
         )
         .await;
-        support::drop_schema(&url, &schema).await;
+        pg.drop().await;
     }
 }

@@ -262,26 +262,16 @@ async fn main() {
         .await;
     }
     if wanted("postgres") {
-        let url = std::env::var("MAIL_TEST_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        let pg = support::BenchSchema::new();
         run(
             "postgres",
-            StorageConfig::Postgres {
-                url: url.clone(),
-                schema: Some(schema.clone()),
-                max_connections: 10,
-            },
-            vec![
-                ("MAIL_DATA_DIR".into(), pg_dir.path().display().to_string()),
-                ("DATABASE_URL".into(), url.clone()),
-                ("MAIL_DATABASE_SCHEMA".into(), schema.clone()),
-            ],
+            pg.storage(10),
+            pg.serve_env(pg_dir.path()),
             pg_dir.path(),
             events,
             poll_ms,
         )
         .await;
-        support::drop_schema(&url, &schema).await;
+        pg.drop().await;
     }
 }

@@ -83,14 +83,51 @@ pub fn serve(env: &[(String, String)]) -> (Child, String) {
     (child, base)
 }
 
-/// Drops a benchmark's PostgreSQL schema once the run is over (best effort:
-/// a schema left behind is only clutter, named `bench_…`).
-pub async fn drop_schema(url: &str, schema: &str) {
-    if let Ok(pool) = sqlx::PgPool::connect(url).await {
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP SCHEMA IF EXISTS {schema} CASCADE"
-        )))
-        .execute(&pool)
-        .await;
+/// A fresh PostgreSQL schema for one benchmark run, on the test database
+/// (`MAIL_TEST_DATABASE_URL`, by default the local `test` database).
+pub struct BenchSchema {
+    pub url: String,
+    pub schema: String,
+}
+
+impl BenchSchema {
+    pub fn new() -> BenchSchema {
+        BenchSchema {
+            url: std::env::var("MAIL_TEST_DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
+            schema: format!("bench_{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    /// The store of the benchmark's own process, with this pool size.
+    pub fn storage(&self, max_connections: u32) -> StorageConfig {
+        StorageConfig::Postgres {
+            url: self.url.clone(),
+            schema: Some(self.schema.clone()),
+            max_connections,
+        }
+    }
+
+    /// What `mail-service serve` needs to run on it, with `data_dir` as its
+    /// data directory.
+    pub fn serve_env(&self, data_dir: &Path) -> Vec<(String, String)> {
+        vec![
+            ("MAIL_DATA_DIR".into(), data_dir.display().to_string()),
+            ("DATABASE_URL".into(), self.url.clone()),
+            ("MAIL_DATABASE_SCHEMA".into(), self.schema.clone()),
+        ]
+    }
+
+    /// Drops the schema once the run is over (best effort: a schema left
+    /// behind is only clutter, named `bench_…`).
+    pub async fn drop(self) {
+        if let Ok(pool) = sqlx::PgPool::connect(&self.url).await {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP SCHEMA IF EXISTS {} CASCADE",
+                self.schema
+            )))
+            .execute(&pool)
+            .await;
+        }
     }
 }
