@@ -79,12 +79,11 @@ pub enum Handoff {
 pub struct Envelope<'a> {
     pub email_id: i64,
     pub message_id: &'a str,
-    /// Signs the message when given (the sending domain's key).
-    pub dkim: Option<&'a DkimSigning>,
+    /// Signs the message (the sending domain's key).
+    pub dkim: &'a DkimSigning,
     /// The envelope sender (`MAIL FROM`): the email's return-path address
-    /// (`feedback::verp`), where reports about it come back. Without one
-    /// the `From` address is used.
-    pub return_path: Option<&'a str>,
+    /// (`feedback::verp`), where reports about it come back.
+    pub return_path: &'a str,
 }
 
 /// The headers a DKIM signature covers (those present in the message).
@@ -206,12 +205,9 @@ impl Transport {
             Ok(m) => m,
             Err(detail) => return Handoff::Rejected(detail),
         };
-        let bytes = match envelope.dkim {
-            None => message.formatted(),
-            Some(signing) => match signing.sign(&message.formatted()) {
-                Ok(signed) => signed,
-                Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
-            },
+        let bytes = match envelope.dkim.sign(&message.formatted()) {
+            Ok(signed) => signed,
+            Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
         };
         let smtp_envelope = match smtp_envelope(&message, envelope.return_path) {
             Ok(e) => e,
@@ -233,15 +229,9 @@ impl Transport {
 }
 
 /// The SMTP envelope: the message's recipients, and the return path as
-/// sender when given.
-fn smtp_envelope(
-    message: &Message,
-    return_path: Option<&str>,
-) -> Result<lettre::address::Envelope, String> {
+/// sender.
+fn smtp_envelope(message: &Message, path: &str) -> Result<lettre::address::Envelope, String> {
     let envelope = message.envelope();
-    let Some(path) = return_path else {
-        return Ok(envelope.clone());
-    };
     let sender: lettre::Address = path
         .parse()
         .map_err(|e| format!("return path `{path}` is not an address: {e}"))?;

@@ -547,8 +547,8 @@ impl MailService {
         let envelope = transport::Envelope {
             email_id: id,
             message_id,
-            dkim: Some(&identity.signing),
-            return_path: Some(&return_path),
+            dkim: &identity.signing,
+            return_path: &return_path,
         };
         match tokio::time::timeout(
             self.settings.handoff_lease,
