@@ -218,7 +218,118 @@ async fn parameters_are_checked_and_access_is_full_only(b: Backend) {
     .expect(404, "not_found");
 }
 
+/// `GET /emails/metrics` (Resend's shape) reads the same counters as
+/// `/analytics`.
+async fn email_metrics_read_the_same_counters(b: Backend) {
+    let app = TestApp::start(b).await;
+    let id = acme_domain_id(&app).await;
+    app.send(&email()).await.expect(200, "");
+    app.send(&email()).await.expect(200, "");
+    app.post(
+        &app.full_key,
+        "/suppressions",
+        json!({"email": "gone@example.test"}),
+    )
+    .await
+    .expect(200, "");
+    let mut gone = email();
+    gone["to"] = json!("gone@example.test");
+    app.send(&gone).await.expect(200, "");
+    app.clock.advance_ms(DAY);
+    app.send(&email()).await.expect(200, "");
+
+    let metrics = app.get("/emails/metrics").await;
+    metrics.expect(200, "");
+    let m = &metrics.body;
+    assert_eq!(m["object"], "metrics");
+    assert_eq!(m["granularity"], "daily");
+    assert_eq!(m["dimensions"], json!([]));
+    assert!(m.get("data").is_none(), "no dimensions, no data: {m}");
+    let analytics = app.get(&format!("/analytics?domain_id={id}")).await.body;
+    assert_eq!(
+        (m["start_date"].clone(), m["end_date"].clone()),
+        (analytics["from"].clone(), analytics["to"].clone())
+    );
+    for (metric, status) in mail_service::service::METRICS {
+        assert_eq!(m["totals"][metric], analytics["totals"][status], "{metric}");
+    }
+    assert_eq!(
+        (
+            m["totals"]["received"].as_i64(),
+            m["totals"]["sent"].as_i64(),
+            m["totals"]["suppressed"].as_i64()
+        ),
+        (Some(4), Some(3), Some(1))
+    );
+
+    // By day: zero-filled, the same figures as the series.
+    let by_day = app
+        .get("/emails/metrics?dimensions=period&metrics=sent,received")
+        .await
+        .body;
+    assert_eq!(by_day["metrics"], json!(["sent", "received"]));
+    assert_eq!(by_day["totals"], json!({"sent": 3, "received": 4}));
+    let rows = by_day["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 7);
+    let series = analytics["series"].as_array().unwrap();
+    for (row, day) in rows.iter().zip(series) {
+        assert_eq!(row["period"], day["date"]);
+        assert_eq!(row["sent"], day["sent"]);
+        assert_eq!(row["received"], day["accepted"]);
+    }
+    // By domain, and for one domain by id.
+    let by_domain = app.get("/emails/metrics?dimensions=domain").await.body;
+    assert_eq!(by_domain["data"][0]["domain_id"], id.as_str());
+    assert_eq!(by_domain["data"][0]["domain_name"], "acme.test");
+    assert_eq!(by_domain["data"][0]["sent"], 3);
+    let one = app
+        .get(&format!("/emails/metrics?domain_id={id}"))
+        .await
+        .body;
+    assert_eq!(one["totals"], m["totals"]);
+    // A range of its own: today only.
+    let today = m["end_date"].as_str().unwrap();
+    let only_today = app
+        .get(&format!(
+            "/emails/metrics?start_date={today}&end_date={today}T23:00:00Z"
+        ))
+        .await
+        .body;
+    assert_eq!(only_today["totals"]["sent"], 1);
+
+    for (query, starts) in [
+        ("metrics=opened", "metrics: `opened` is not counted here"),
+        ("granularity=hourly", "granularity: must be `daily`"),
+        ("timezone=Europe/Paris", "timezone: must be `UTC`"),
+        ("dimensions=email", "dimensions: `email` is not served"),
+        ("email_id=1", "email_id: is not served"),
+        ("broadcast_id=1", "broadcast_id: is not served"),
+        (
+            "start_date=2030-01-02&end_date=2030-01-01",
+            "start_date: must not be after end_date",
+        ),
+        (
+            "start_date=2030-01-01&end_date=2030-06-01",
+            "start_date: the range may span at most 90 days",
+        ),
+        ("start_date=soon", "start_date: `soon` is not a date"),
+        ("domain_id=abc", "domain_id: `abc` must match"),
+        ("color=red", "color: unknown query parameter"),
+    ] {
+        let r = app.get(&format!("/emails/metrics?{query}")).await;
+        r.expect(422, "validation_error");
+        assert!(r.message().starts_with(starts), "{query}: {}", r.message());
+    }
+    app.get("/emails/metrics?domain_id=123")
+        .await
+        .expect(404, "not_found");
+    app.call("GET", "/emails/metrics", Some(&app.send_key), &[], None)
+        .await
+        .expect(403, "restricted_api_key");
+}
+
 on_both_backends!(
+    email_metrics_read_the_same_counters,
     events_are_counted_per_day_and_zero_filled,
     parameters_are_checked_and_access_is_full_only,
 );

@@ -44,10 +44,20 @@ async fn verify(app: &TestApp, id: &str) -> Value {
         .await;
     r.ok();
     assert_eq!(r.body, json!({"object": "domain", "id": id}));
+    // The check runs in the background: its outcome shows once it ends.
+    app.service.domain_checks_settled().await;
     app.get(&format!("/domains/{id}")).await.body
 }
 
+/// A record of the domain: `records` holds Resend's kinds, the DMARC
+/// recommendation is `dmarc`.
 fn record<'a>(domain: &'a Value, kind: &str, record_type: &str) -> &'a Value {
+    if kind == "DMARC" {
+        let dmarc = &domain["dmarc"];
+        assert_eq!(dmarc["type"], record_type, "{domain}");
+        assert_eq!(dmarc["record"], "DMARC", "{domain}");
+        return dmarc;
+    }
     domain["records"]
         .as_array()
         .unwrap()
@@ -506,7 +516,92 @@ async fn a_deleted_domain_stops_sending_and_accepted_mail_keeps_its_record(b: Ba
     assert_eq!(app.outbox_count(), before);
 }
 
+/// A nameserver that takes every query and never answers.
+async fn verify_never_waits_for_a_silent_resolver(b: Backend) {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let settings = Settings {
+        dns: DnsSettings {
+            nameservers: vec![silent.local_addr().unwrap()],
+            protocol: DnsProtocol::Udp,
+            // One lookup is bounded by 2 s: four after one another would
+            // take 8 s; at the same time, under one deadline, 2 s.
+            timeout: Duration::from_millis(1000),
+        },
+        sending_host: "mail.test".into(),
+        ..common::webhooks::settings(common::webhooks::local())
+    };
+    let app = TestApp::with(b, None, settings).await;
+    common::webhooks::register(&app, "http://127.0.0.1:9/hook", &["domain.updated"])
+        .await
+        .ok();
+    let d = create(&app, "quiet.example").await;
+    let id = d["id"].as_str().unwrap().to_string();
+
+    let asked = std::time::Instant::now();
+    let answer = app
+        .post(&app.full_key, &format!("/domains/{id}/verify"), json!({}))
+        .await;
+    let waited = asked.elapsed();
+    answer.ok();
+    assert_eq!(answer.body, json!({"object": "domain", "id": id}));
+    assert!(waited < Duration::from_secs(1), "verify waited {waited:?}");
+    let meanwhile = app.get(&format!("/domains/{id}")).await.body;
+    assert_eq!(meanwhile["status"], "pending");
+
+    // The check ends at its one deadline, well before four lookups in a row
+    // could.
+    tokio::time::timeout(Duration::from_secs(6), app.service.domain_checks_settled())
+        .await
+        .expect("the background check ends at its deadline");
+    let after = app.get(&format!("/domains/{id}")).await.body;
+    assert_eq!(after["status"], "temporary_failure", "{after}");
+    assert!(
+        statuses(&after)
+            .iter()
+            .all(|s| s.ends_with("temporary_failure")),
+        "{:?}",
+        statuses(&after)
+    );
+    assert_eq!(after["dmarc"]["status"], "temporary_failure");
+    // And the outcome is announced (after the event of the move from
+    // not_started to pending), in the shape GET answers.
+    let data = app
+        .db
+        .text("SELECT data FROM webhook_events WHERE event_type = 'domain.updated' ORDER BY id DESC LIMIT 1")
+        .await;
+    let data: Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(data["id"], id.as_str());
+    assert_eq!(data["status"], "temporary_failure");
+    assert!(
+        data["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["record"] != "DMARC")
+    );
+    assert_eq!(data["records"], after["records"]);
+    assert_eq!(data["dmarc"], after["dmarc"]);
+    assert_eq!(data["capabilities"], after["capabilities"]);
+
+    // A verify whose outcome is the same status announces it too.
+    let before = app
+        .db
+        .count("SELECT count(*) FROM webhook_events WHERE event_type = 'domain.updated'")
+        .await;
+    app.post(&app.full_key, &format!("/domains/{id}/verify"), json!({}))
+        .await
+        .ok();
+    app.service.domain_checks_settled().await;
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) FROM webhook_events WHERE event_type = 'domain.updated'")
+            .await,
+        before + 1
+    );
+}
+
 on_both_backends!(
+    verify_never_waits_for_a_silent_resolver,
     every_endpoint_needs_full_access,
     a_domain_carries_its_records_and_never_its_private_key,
     verification_over_udp,

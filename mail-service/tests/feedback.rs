@@ -241,6 +241,9 @@ async fn a_bounce_suppresses_and_counts_once(b: Backend) {
         reason.starts_with(&format!("bounced: 5.1.1 for email {id} (550 5.1.1")),
         "{reason}"
     );
+    // Resend's fields: what added it, and the email that bounced.
+    assert_eq!(entry.body["origin"], "bounce");
+    assert_eq!(entry.body["source_id"], id.as_str());
     // Analytics count the event once, beside the email's own statuses.
     let domain_id = app.get("/domains").await.body["data"][0]["id"]
         .as_str()

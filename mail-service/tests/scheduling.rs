@@ -245,8 +245,26 @@ async fn reschedule_needs_the_current_revision(b: Backend) {
     patch(&app, "4242", Some("\"1\""), &later)
         .await
         .expect(404, "not_found");
+    // Resend's Python SDK repeats the id in the body: another id is
+    // refused naming the field; the path's own id is accepted (below).
+    for other in [json!("4242"), json!(4242), json!(""), json!(null)] {
+        let r = patch(
+            &app,
+            &id,
+            Some("\"1\""),
+            &json!({"id": other, "scheduled_at": at(&app, 20 * MINUTE)}),
+        )
+        .await;
+        r.expect(422, "validation_error");
+        assert!(
+            r.message().starts_with("id: must be the id in the path"),
+            "{}",
+            r.message()
+        );
+    }
 
-    let moved = patch(&app, &id, Some("\"1\""), &later).await;
+    let with_id = json!({"id": id, "scheduled_at": at(&app, 20 * MINUTE)});
+    let moved = patch(&app, &id, Some("\"1\""), &with_id).await;
     moved.expect(200, "");
     assert_eq!(moved.header("etag"), Some("\"2\""));
     assert_eq!(

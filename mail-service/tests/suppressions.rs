@@ -76,8 +76,15 @@ async fn one_address_is_one_entry(b: Backend) {
         assert_eq!(r.body["id"], id.as_str(), "{again}");
         assert_eq!(r.body["reason"], "hard bounce", "{again}");
     }
-    // The local part is the mailbox owner's: another case is another entry.
-    let other = suppress(&app, "ada@bücher.example").await;
+    // Any case of the whole address is the same mailbox (the safe side):
+    // the same entry, shown as first suppressed.
+    let same = suppress(&app, "ADA@bücher.example").await;
+    same.expect(200, "");
+    assert_eq!(same.body["id"], id.as_str());
+    assert_eq!(same.body["email"], "Ada@xn--bcher-kva.example");
+    assert_eq!(same.body["origin"], "manual");
+    assert_eq!(same.body["source_id"], Value::Null);
+    let other = suppress(&app, "bob@bücher.example").await;
     assert_ne!(other.body["id"], id.as_str());
 
     let list = app.get("/suppressions").await;
@@ -93,6 +100,7 @@ async fn one_address_is_one_entry(b: Backend) {
         id.clone(),
         "Ada@xn--bcher-kva.example".to_string(),
         "Ada@B%C3%BCcher.EXAMPLE".to_string(),
+        "ada@xn--bcher-kva.example".to_string(),
     ] {
         let r = app.get(&format!("/suppressions/{key}")).await;
         r.expect(200, "");
@@ -162,7 +170,7 @@ async fn one_address_is_one_entry(b: Backend) {
     deleted.expect(200, "");
     assert_eq!(
         deleted.body,
-        json!({"object": "suppression", "email": "Ada@xn--bcher-kva.example", "deleted": true})
+        json!({"object": "suppression", "id": id, "email": "Ada@xn--bcher-kva.example", "deleted": true})
     );
     app.call(
         "DELETE",
@@ -383,7 +391,188 @@ async fn the_other_tenant_list_is_not_ours(b: Backend) {
     );
 }
 
+/// `Gone@Example.com` is suppressed: `gone@example.com` and every other case
+/// of it is refused at every handoff, the immediate one, a batch's and a
+/// scheduled one's; the entry still shows the address as it was suppressed.
+async fn case_variants_are_refused_at_every_handoff(b: Backend) {
+    let app = TestApp::start(b).await;
+    suppress(&app, "Gone@Example.com").await.expect(200, "");
+    let before = app.outbox_count();
+
+    let mut now = email();
+    now["to"] = json!("gone@example.com");
+    let id = app.send(&now).await.body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stored = app.get(&format!("/emails/{id}")).await;
+    assert_eq!(stored.body["status"], "suppressed", "{}", stored.body);
+
+    let mut in_batch = email();
+    in_batch["to"] = json!("GONE@EXAMPLE.COM");
+    let r = app.batch(&[], &json!([in_batch])).await;
+    r.expect(200, "");
+    let id = r.body["data"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        app.get(&format!("/emails/{id}")).await.body["status"],
+        "suppressed"
+    );
+
+    let mut later = email();
+    later["to"] = json!("gOnE@example.COM");
+    later["scheduled_at"] = json!(mail_service::clock::rfc3339(app.clock.now_ms() + 60_000));
+    let id = app.send(&later).await.body["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.clock.advance_ms(60_000);
+    assert_eq!(app.service.dispatch_due().await.unwrap(), 1);
+    let stored = app.get(&format!("/emails/{id}")).await;
+    assert_eq!(stored.body["status"], "suppressed");
+    assert_eq!(
+        stored.body["suppressed_recipients"],
+        json!(["gOnE@example.com"])
+    );
+    assert_eq!(app.outbox_count(), before, "nothing was handed off");
+
+    let entry = app.get("/suppressions/gone@example.com").await;
+    entry.expect(200, "");
+    assert_eq!(entry.body["email"], "Gone@example.com");
+    assert_eq!(
+        app.get("/suppressions").await.body["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+async fn batch_routes_add_and_remove(b: Backend) {
+    let app = TestApp::start(b).await;
+    let added = app
+        .post(
+            &app.full_key,
+            "/suppressions/batch/add",
+            json!({"emails": ["a@x.test", "A@X.TEST", "b@x.test"]}),
+        )
+        .await;
+    added.expect(200, "");
+    let data = added.body["data"].as_array().unwrap().clone();
+    assert_eq!(data.len(), 2, "one entry per mailbox: {data:?}");
+    assert!(
+        data.iter()
+            .all(|e| e["object"] == "suppression" && e["origin"] == "manual")
+    );
+    assert_eq!(data[0]["email"], "a@x.test");
+    // Again, with one new: the existing entries are answered.
+    let again = app
+        .post(
+            &app.full_key,
+            "/suppressions/batch/add",
+            json!({"emails": ["B@x.test", "c@x.test"]}),
+        )
+        .await;
+    again.expect(200, "");
+    assert_eq!(again.body["data"][0]["id"], data[1]["id"]);
+    assert_eq!(
+        app.get("/suppressions").await.body["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // Bad input names the field; nothing is stored or removed.
+    for (path, body, field) in [
+        ("add", json!({"emails": []}), "emails: must hold 1 to 100"),
+        (
+            "add",
+            json!({"emails": vec!["a@x.test"; 101]}),
+            "emails: must hold 1 to 100",
+        ),
+        (
+            "add",
+            json!({"emails": ["d@x.test", "nope"]}),
+            "emails[1]: `nope`",
+        ),
+        (
+            "add",
+            json!({"emails": ["d@x.test"], "x": 1}),
+            "x: unknown property",
+        ),
+        ("add", json!({}), "emails"),
+        (
+            "remove",
+            json!({"emails": ["a@x.test"], "ids": ["1"]}),
+            "ids: give either",
+        ),
+        ("remove", json!({}), "emails"),
+        ("remove", json!({"ids": ["abc"]}), "ids[0]: must match"),
+    ] {
+        let r = app
+            .post(
+                &app.full_key,
+                &format!("/suppressions/batch/{path}"),
+                body.clone(),
+            )
+            .await;
+        assert_eq!(r.status, 422, "{body}: {}", r.body);
+        assert!(r.message().starts_with(field), "{body}: {}", r.message());
+    }
+    assert_eq!(
+        app.get("/suppressions").await.body["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // Removed by address (any case) and by id; misses are left out.
+    let removed = app
+        .post(
+            &app.full_key,
+            "/suppressions/batch/remove",
+            json!({"emails": ["A@x.test", "nobody@x.test", "a@X.test"]}),
+        )
+        .await;
+    removed.expect(200, "");
+    assert_eq!(
+        removed.body,
+        json!({"data": [{"object": "suppression", "id": data[0]["id"], "email": "a@x.test", "deleted": true}]})
+    );
+    let removed = app
+        .post(
+            &app.full_key,
+            "/suppressions/batch/remove",
+            json!({"ids": [data[1]["id"], "9999999999999999999", "123"]}),
+        )
+        .await;
+    removed.expect(200, "");
+    assert_eq!(removed.body["data"].as_array().unwrap().len(), 1);
+    assert_eq!(removed.body["data"][0]["id"], data[1]["id"]);
+    let left = app.get("/suppressions").await;
+    assert_eq!(left.body["data"].as_array().unwrap().len(), 1);
+    assert_eq!(left.body["data"][0]["email"], "c@x.test");
+    // The origin filter.
+    assert_eq!(
+        app.get("/suppressions?origin=bounce").await.body["data"],
+        json!([])
+    );
+    assert_eq!(
+        app.get("/suppressions?origin=manual").await.body["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    app.get("/suppressions?origin=other")
+        .await
+        .expect(422, "validation_error");
+}
+
 on_both_backends!(
+    case_variants_are_refused_at_every_handoff,
+    batch_routes_add_and_remove,
     every_endpoint_needs_full_access,
     one_address_is_one_entry,
     list_pages_with_a_cursor,

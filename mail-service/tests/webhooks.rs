@@ -346,6 +346,15 @@ async fn a_domain_status_change_is_sent(b: Backend) {
     assert_eq!(body["data"]["name"], "news.acme.test");
     assert_eq!(body["data"]["status"], "verified");
     assert!(body["data"]["records"].is_array());
+    // In the shape GET /domains/{id} answers: DMARC apart.
+    assert!(
+        body["data"]["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["record"] != "DMARC")
+    );
+    assert_eq!(body["data"]["dmarc"]["record"], "DMARC");
     // Sending from it changes no domain: nothing more.
     send(&app).await;
     assert_eq!(dispatch(&app).await, 0);

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
 use crate::error::Error;
-use crate::model::{DnsRecord, Domain, DomainStatus};
+use crate::model::{DnsRecord, Domain, DomainStatus, split_records};
 use crate::service::MailService;
 
 use super::error::ErrorBody;
@@ -41,7 +41,16 @@ pub struct DomainResource {
     /// Always `us-east-1`.
     pub region: &'static str,
     pub custom_return_path: String,
+    /// The records to publish, of the kinds Resend's SDKs know (`SPF`,
+    /// `DKIM`); the domain's status depends on each.
     pub records: Vec<DnsRecord>,
+    /// The DMARC record recommended beside them (the status does not
+    /// depend on it), with its own status.
+    pub dmarc: Option<DnsRecord>,
+    /// Always `{sending: "enabled", receiving: "disabled"}`: the service
+    /// sends from a domain and receives no mail for it.
+    #[schema(value_type = Object)]
+    pub capabilities: serde_json::Value,
     pub created_at: String,
 }
 
@@ -57,6 +66,7 @@ pub struct DomainChanged {
 }
 
 fn resource(d: Domain) -> DomainResource {
+    let (records, dmarc) = split_records(d.records.0);
     DomainResource {
         object: "domain",
         id: d.id.to_string(),
@@ -64,7 +74,9 @@ fn resource(d: Domain) -> DomainResource {
         status: d.status,
         region: "us-east-1",
         custom_return_path: d.return_path,
-        records: d.records.0,
+        records,
+        dmarc,
+        capabilities: crate::model::domain_capabilities(),
         created_at: rfc3339(d.created_at),
     }
 }

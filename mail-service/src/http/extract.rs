@@ -13,7 +13,7 @@ use crate::model::MAX_BODY_BYTES;
 use crate::model::Permission;
 use crate::service::{
     AnalyticsQuery, BatchValidation, Caller, DomainQuery, EmailQuery, IdempotencyKey, IfMatch,
-    LogQuery, SuppressionQuery, WebhookListQuery,
+    LogQuery, MetricsQuery, SuppressionQuery, WebhookListQuery,
 };
 
 use super::{AuthState, RequestId};
@@ -226,13 +226,21 @@ query_params! {
 }
 
 query_params! {
+    /// The query of `GET /emails/metrics`.
+    MetricsQueryParams(MetricsQuery) {
+        start_date, end_date, timezone, granularity, metrics, dimensions, domain_id, email_id,
+        broadcast_id
+    }
+}
+
+query_params! {
     /// The query of `GET /domains`: `limit`, `cursor`.
     DomainQueryParams(DomainQuery) { limit, cursor }
 }
 
 query_params! {
-    /// The query of `GET /suppressions`: `limit`, `cursor`.
-    SuppressionQueryParams(SuppressionQuery) { limit, cursor }
+    /// The query of `GET /suppressions`: `limit`, `cursor`, `origin`.
+    SuppressionQueryParams(SuppressionQuery) { limit, cursor, origin }
 }
 
 query_params! {

@@ -49,6 +49,7 @@ pub fn router(service: MailService) -> Router {
             post(handlers::send_email).get(handlers::list_emails),
         )
         .route("/emails/batch", post(handlers::send_batch))
+        .route("/emails/metrics", get(analytics::email_metrics))
         .route(
             "/emails/{id}",
             get(handlers::get_email).patch(handlers::reschedule_email),
@@ -69,6 +70,14 @@ pub fn router(service: MailService) -> Router {
         .route(
             "/suppressions",
             post(suppressions::add_suppression).get(suppressions::list_suppressions),
+        )
+        .route(
+            "/suppressions/batch/add",
+            post(suppressions::add_suppressions),
+        )
+        .route(
+            "/suppressions/batch/remove",
+            post(suppressions::remove_suppressions),
         )
         .route(
             "/suppressions/{email_or_id}",

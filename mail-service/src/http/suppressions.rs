@@ -30,21 +30,35 @@ pub struct SuppressionEntry {
     /// Always `suppression`.
     pub object: &'static str,
     pub id: String,
-    /// The normalised address.
+    /// The normalised address, in the case it was first suppressed with
+    /// (any case of it matches).
     pub email: String,
     pub reason: Option<String>,
+    /// `manual`, `bounce` or `complaint`.
+    pub origin: &'static str,
+    /// The email whose bounce or complaint added it; null for `manual`.
+    pub source_id: Option<String>,
     pub created_at: String,
 }
 
-/// Answer of `DELETE /suppressions/{email_or_id}`.
+/// Answer of `DELETE /suppressions/{email_or_id}`, and an item of the
+/// batch removal's `data`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SuppressionDeleted {
     /// Always `suppression`.
     pub object: &'static str,
+    /// The entry removed.
+    pub id: String,
     /// The normalised address removed.
     pub email: String,
     /// Always true.
     pub deleted: bool,
+}
+
+/// Answer of the batch routes: `{data: [...]}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SuppressionBatch<T> {
+    pub data: Vec<T>,
 }
 
 fn entry(s: Suppression) -> SuppressionEntry {
@@ -53,7 +67,18 @@ fn entry(s: Suppression) -> SuppressionEntry {
         id: s.id.to_string(),
         email: s.email,
         reason: s.reason,
+        origin: s.origin.as_str(),
+        source_id: s.source_id.map(|id| id.to_string()),
         created_at: rfc3339(s.created_at),
+    }
+}
+
+fn deleted(s: Suppression) -> SuppressionDeleted {
+    SuppressionDeleted {
+        object: "suppression",
+        id: s.id.to_string(),
+        email: s.email,
+        deleted: true,
     }
 }
 
@@ -80,6 +105,7 @@ pub async fn add_suppression(
     params(
         ("limit" = Option<i64>, Query, description = "1 to 100, default 20"),
         ("cursor" = Option<String>, Query, description = "nextCursor of the previous page, at most 200 characters"),
+        ("origin" = Option<String>, Query, description = "`manual`, `bounce` or `complaint`: only entries of that origin"),
     ),
     responses(
         (status = 200, body = List<SuppressionEntry>),
@@ -130,10 +156,49 @@ pub async fn delete_suppression(
     KeyPath(email): KeyPath,
     service: State<MailService>,
 ) -> Result<Json<SuppressionDeleted>, Error> {
-    let email = service.delete_suppression(&caller, &email).await?;
-    Ok(Json(SuppressionDeleted {
-        object: "suppression",
-        email,
-        deleted: true,
+    Ok(Json(deleted(
+        service.delete_suppression(&caller, &email).await?,
+    )))
+}
+
+#[utoipa::path(
+    post, path = "/suppressions/batch/add", tag = "suppressions",
+    request_body(content = Object, description = "`{emails: [...]}`, 1 to 100 addresses"),
+    responses(
+        (status = 200, description = "The entries, one per mailbox (an address already there answers its entry)", body = SuppressionBatch<SuppressionEntry>),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn add_suppressions(
+    FullAccess(caller): FullAccess,
+    service: State<MailService>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<SuppressionBatch<SuppressionEntry>>, Error> {
+    let added = service.add_suppressions(&caller, &body).await?;
+    Ok(Json(SuppressionBatch {
+        data: added.into_iter().map(entry).collect(),
+    }))
+}
+
+#[utoipa::path(
+    post, path = "/suppressions/batch/remove", tag = "suppressions",
+    request_body(content = Object, description = "`{emails: [...]}` or `{ids: [...]}`, 1 to 100 items"),
+    responses(
+        (status = 200, description = "The entries removed; items not on the list are left out", body = SuppressionBatch<SuppressionDeleted>),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn remove_suppressions(
+    FullAccess(caller): FullAccess,
+    service: State<MailService>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<SuppressionBatch<SuppressionDeleted>>, Error> {
+    let removed = service.remove_suppressions(&caller, &body).await?;
+    Ok(Json(SuppressionBatch {
+        data: removed.into_iter().map(deleted).collect(),
     }))
 }

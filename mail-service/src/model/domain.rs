@@ -131,6 +131,39 @@ pub fn domain_status(records: &[DnsRecord], retrying: bool) -> DomainStatus {
     }
 }
 
+/// The records of Resend's kinds (`SPF`, `DKIM`) and the DMARC
+/// recommendation apart: the SDKs parse `records` into a closed set of
+/// kinds, so DMARC is answered in a field of its own.
+pub fn split_records(records: Vec<DnsRecord>) -> (Vec<DnsRecord>, Option<DnsRecord>) {
+    let (dmarc, records): (Vec<DnsRecord>, Vec<DnsRecord>) =
+        records.into_iter().partition(|r| r.record == "DMARC");
+    (records, dmarc.into_iter().next())
+}
+
+/// A domain as `GET /domains/{id}` answers it (also the `data` of its
+/// `domain.updated` events).
+pub fn domain_json(d: &Domain) -> serde_json::Value {
+    let (records, dmarc) = split_records(d.records.0.clone());
+    serde_json::json!({
+        "object": "domain",
+        "id": d.id.to_string(),
+        "name": d.name,
+        "status": d.status,
+        "region": "us-east-1",
+        "custom_return_path": d.return_path,
+        "records": records,
+        "dmarc": dmarc,
+        "capabilities": domain_capabilities(),
+        "created_at": crate::clock::rfc3339(d.created_at),
+    })
+}
+
+/// Resend's `capabilities` of a domain: it sends; the service receives no
+/// mail for it.
+pub fn domain_capabilities() -> serde_json::Value {
+    serde_json::json!({"sending": "enabled", "receiving": "disabled"})
+}
+
 /// Checks and normalises a domain name: lower-case, IDNA ASCII, at least
 /// two labels of 1 to 63 letters, digits or hyphens (not at either end),
 /// at most 253 characters.

@@ -10,14 +10,38 @@ use crate::error::Error;
 /// Longest `reason` accepted.
 pub const MAX_SUPPRESSION_REASON_CHARS: usize = 256;
 
+text_enum!(
+    /// What put an address on the list (Resend's `origin`).
+    SuppressionOrigin, "suppression origin" {
+        /// Added through the API.
+        Manual = "manual",
+        /// A hard bounce of an email to it.
+        Bounce = "bounce",
+        /// A complaint about an email to it.
+        Complaint = "complaint",
+    }
+);
+
 /// A stored suppression.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct Suppression {
     pub id: i64,
-    /// The normalised address.
+    /// The normalised address, in the case it was first suppressed with.
     pub email: String,
     pub reason: Option<String>,
     pub created_at: i64,
+    pub origin: SuppressionOrigin,
+    /// The email whose bounce or complaint added it; none for `manual`.
+    pub source_id: Option<i64>,
+}
+
+/// What the list matches a normalised address by: every ASCII letter in
+/// lower case, the local part's too. Mailbox providers treat local parts
+/// case-insensitively in practice, so a suppressed mailbox is never mailed
+/// again through a case variant (the safe side). Letters outside ASCII keep
+/// their case (the same rule the migration applied with SQL's `lower`).
+pub fn suppression_key(normalized: &str) -> String {
+    normalized.to_ascii_lowercase()
 }
 
 /// Normalises a bare address given by a caller (`field` names it in the
@@ -74,6 +98,11 @@ mod tests {
         assert_eq!(n("ada@bücher.example"), "ada@xn--bcher-kva.example");
         // The local part is the mailbox owner's: it keeps its case.
         assert_ne!(n("Ada@example.test"), n("ada@example.test"));
+        // ... but the list matches it whatever its case.
+        assert_eq!(
+            suppression_key(&n("Ada@Example.TEST")),
+            suppression_key(&n("ada@example.test"))
+        );
         let parsed: Address = "Ada@BÜCHER.example".parse().unwrap();
         assert_eq!(normalized(&parsed), n("Ada@bücher.example"));
     }

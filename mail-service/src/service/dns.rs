@@ -100,6 +100,11 @@ impl Dns {
         }
     }
 
+    /// The bound of one whole lookup (twice the per-attempt timeout).
+    pub fn bound(&self) -> Duration {
+        self.timeout * 2
+    }
+
     pub async fn lookup(&self, name: &str, record_type: RecordType) -> Found {
         let resolver = match &self.resolver {
             Ok(r) => r,
@@ -107,8 +112,8 @@ impl Dns {
         };
         let fqdn = format!("{}.", name.trim_end_matches('.'));
         // The resolver bounds each attempt; this bounds the whole lookup.
-        match tokio::time::timeout(self.timeout * 2, resolver.lookup(fqdn, record_type)).await {
-            Err(_) => Found::Temporary(format!("no answer within {:?}", self.timeout * 2)),
+        match tokio::time::timeout(self.bound(), resolver.lookup(fqdn, record_type)).await {
+            Err(_) => Found::Temporary(format!("no answer within {:?}", self.bound())),
             Ok(Ok(lookup)) => {
                 Found::Records(lookup.answers().iter().map(|r| r.data.clone()).collect())
             }

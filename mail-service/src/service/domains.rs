@@ -6,18 +6,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use base64::Engine;
-use hickory_resolver::proto::rr::RecordType;
 use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::model::{
-    self, DKIM_SELECTOR, DnsRecord, Domain, DomainStatus, RecordStatus, ValidatedEmail,
-};
-use crate::store::{DkimKey, DomainCheck, NewDomain, SendingDomain};
+use crate::model::{self, DKIM_SELECTOR, DnsRecord, Domain, RecordStatus, ValidatedEmail};
+use crate::store::{DkimKey, NewDomain, SendingDomain};
 use crate::transport::DkimSigning;
 
-use super::dns::{Found, mx_values, txt_values};
 use super::page::{Page, PageRequest};
 use super::{Caller, MailService};
 
@@ -169,8 +165,11 @@ impl MailService {
         }
     }
 
-    /// `POST /domains/{id}/verify`: checks the records now and keeps
-    /// checking them in the background for the verification period.
+    /// `POST /domains/{id}/verify`: answers at once (as Resend's does);
+    /// the records are checked in the background now (the lookups at the
+    /// same time, under one deadline) and again for the verification
+    /// period. The outcome shows on `GET /domains/{id}` and as a
+    /// `domain.updated` event.
     pub async fn verify_domain(&self, caller: &Caller, id: i64) -> Result<Domain, Error> {
         let tenant = caller.principal.tenant_id;
         let until = self.clock.now_ms() + self.settings.domain_verify_period.as_millis() as i64;
@@ -185,51 +184,9 @@ impl MailService {
             .take_domain_check(id, domain.checked_at, self.clock.now_ms())
             .await?
         {
-            self.check_domain(&domain).await?;
+            self.spawn_domain_check(tenant, domain.clone());
         }
-        self.domain(caller, id).await
-    }
-
-    /// Looks every record up and stores the statuses.
-    async fn check_domain(&self, domain: &Domain) -> Result<DomainStatus, Error> {
-        let now = self.clock.now_ms();
-        let retrying = domain.verify_until.is_some_and(|until| until > now);
-        let mut records = domain.records.0.clone();
-        let looked_up = look_up_records(self, &domain.name, &records).await;
-        for (record, status) in records.iter_mut().zip(looked_up) {
-            record.status = match status {
-                RecordStatus::Failed if retrying => RecordStatus::Pending,
-                other => other,
-            };
-        }
-        let mut status = model::domain_status(&records, retrying);
-        if status != DomainStatus::Verified && domain.verified_at.is_some() && retrying {
-            // A verified domain whose records vanished: still sending while
-            // it is retried.
-            status = DomainStatus::TemporaryFailure;
-        }
-        let verified_at = match status {
-            DomainStatus::Verified => Some(domain.verified_at.unwrap_or(now)),
-            DomainStatus::TemporaryFailure => domain.verified_at,
-            _ => None,
-        };
-        let verify_until = match status {
-            DomainStatus::Verified => None,
-            _ if retrying => domain.verify_until,
-            _ => None,
-        };
-        self.store
-            .record_domain_check(
-                domain.id,
-                &DomainCheck {
-                    status,
-                    records: serde_json::to_string(&records).unwrap_or_default(),
-                    verified_at,
-                    verify_until,
-                },
-            )
-            .await?;
-        Ok(status)
+        Ok(domain)
     }
 
     /// How often the background task looks for domains to re-check: the
@@ -252,13 +209,13 @@ impl MailService {
             .domains_to_check(now, now - interval, CHECKS_PER_PASS)
             .await?;
         let mut checked = 0;
-        for (_, domain) in due {
+        for (tenant_id, domain) in due {
             if self
                 .store
                 .take_domain_check(domain.id, domain.checked_at, now)
                 .await?
             {
-                self.check_domain(&domain).await?;
+                self.check_domain(tenant_id, &domain, false).await?;
                 checked += 1;
             }
         }
@@ -353,76 +310,6 @@ impl MailService {
 pub(super) fn domain_of(email: &ValidatedEmail) -> String {
     let domain = email.from.email.domain();
     idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_ascii_lowercase())
-}
-
-/// Looks the records up one after the other (each bounded by the DNS
-/// timeout); the statuses in the records' order.
-async fn look_up_records(
-    service: &MailService,
-    domain: &str,
-    records: &[DnsRecord],
-) -> Vec<RecordStatus> {
-    let checks = records.iter().map(|r| check_record(service, domain, r));
-    let mut out = Vec::new();
-    let handles: Vec<_> = checks.collect();
-    for h in handles {
-        out.push(h.await);
-    }
-    out
-}
-
-/// Whether one record is published as it must be.
-async fn check_record(service: &MailService, domain: &str, record: &DnsRecord) -> RecordStatus {
-    let fqdn = format!("{}.{domain}", record.name);
-    let record_type = if record.record_type == "MX" {
-        RecordType::MX
-    } else {
-        RecordType::TXT
-    };
-    let data = match service.dns.lookup(&fqdn, record_type).await {
-        Found::Temporary(_) => return RecordStatus::TemporaryFailure,
-        Found::Nothing => return RecordStatus::Failed,
-        Found::Records(data) => data,
-    };
-    let ok = match (record.record.as_str(), record_type) {
-        (_, RecordType::MX) => mx_values(&data)
-            .iter()
-            .any(|(_, exchange)| exchange.eq_ignore_ascii_case(&record.value)),
-        ("SPF", _) => {
-            let include = record
-                .value
-                .split_whitespace()
-                .find(|t| t.starts_with("include:"))
-                .unwrap_or_default()
-                .to_ascii_lowercase();
-            txt_values(&data).iter().any(|v| {
-                let v = v.to_ascii_lowercase();
-                v.starts_with("v=spf1") && v.split_whitespace().any(|t| t == include)
-            })
-        }
-        ("DKIM", _) => {
-            let wanted = tag(&record.value, "p").unwrap_or_default();
-            txt_values(&data)
-                .iter()
-                .any(|v| !wanted.is_empty() && tag(v, "p").as_deref() == Some(wanted.as_str()))
-        }
-        _ => txt_values(&data)
-            .iter()
-            .any(|v| v.trim_start().to_ascii_lowercase().starts_with("v=dmarc1")),
-    };
-    if ok {
-        RecordStatus::Verified
-    } else {
-        RecordStatus::Failed
-    }
-}
-
-/// The value of tag `name` in a `k=v; k=v` record, whitespace removed.
-fn tag(record: &str, name: &str) -> Option<String> {
-    record.split(';').find_map(|part| {
-        let (k, v) = part.split_once('=')?;
-        (k.trim() == name).then(|| v.chars().filter(|c| !c.is_whitespace()).collect())
-    })
 }
 
 /// How a domain's mail leaves: signed by its key, with its return path.

@@ -269,6 +269,12 @@ impl MailService {
                     id: self.ids.next(),
                     reason: suppression_reason(&target, r),
                     email: address,
+                    origin: if r.kind == FeedbackKind::Complained {
+                        crate::model::SuppressionOrigin::Complaint
+                    } else {
+                        crate::model::SuppressionOrigin::Bounce
+                    },
+                    source_id: target.id,
                 });
             }
         }

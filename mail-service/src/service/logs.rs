@@ -67,6 +67,7 @@ impl MailService {
                     before_id: page.before_id,
                     method,
                     status,
+                    except_id: caller.request_id,
                     limit: page.fetch(),
                 },
             )

@@ -11,9 +11,11 @@ mod admin;
 mod analytics;
 mod auth;
 mod dns;
+mod domain_check;
 mod domains;
 mod feedback;
 mod logs;
+mod metrics;
 mod page;
 mod schedule;
 mod scheduler;
@@ -41,6 +43,7 @@ pub use dns::{DnsProtocol, DnsSettings};
 pub use domains::DomainQuery;
 pub use feedback::{AppliedEvent, FeedbackSource, Ingested};
 pub use logs::{LOG_METHODS, LogQuery};
+pub use metrics::{EmailMetrics, METRICS, MetricsQuery};
 pub use page::{MAX_CURSOR_CHARS, MAX_PAGE_LIMIT, Page, PageRequest};
 pub use schedule::{Canceled, EmailQuery, IfMatch, Rescheduled};
 pub use scheduler::Scheduler;
@@ -126,6 +129,8 @@ pub struct MailService {
     webhook_wake: Arc<tokio::sync::Notify>,
     /// The key of the return-path tokens (shared through the database).
     verp: Arc<VerpKey>,
+    /// Domain checks verify requests started on this node.
+    domain_checks: Arc<domain_check::ChecksInFlight>,
 }
 
 impl MailService {
@@ -162,6 +167,7 @@ impl MailService {
             webhook_client,
             webhook_wake: Arc::default(),
             verp,
+            domain_checks: Arc::default(),
         })
     }
 

@@ -134,6 +134,8 @@ impl MailService {
         body: &Value,
     ) -> Result<Rescheduled, Error> {
         let IfMatch(revision) = if_match.ok_or(Error::PreconditionRequired)?;
+        // Resend's Python SDK repeats the id in the body.
+        let body = &model::without_path_id(body, &["id"], id)?;
         let Value::Object(fields) = body else {
             return Err(Error::validation(
                 "body",

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::model::{self, Suppression, ValidatedEmail};
+use crate::model::{self, Suppression, SuppressionOrigin, ValidatedEmail, suppression_key};
 
 use super::page::{Page, PageRequest};
 use super::{Caller, MailService};
@@ -14,6 +14,8 @@ use super::{Caller, MailService};
 pub struct SuppressionQuery {
     pub limit: Option<String>,
     pub cursor: Option<String>,
+    /// `manual`, `bounce` or `complaint`: only entries of that origin.
+    pub origin: Option<String>,
 }
 
 /// What the list did to an email's recipients.
@@ -70,6 +72,8 @@ impl MailService {
                     email,
                     reason,
                     created_at: self.clock.now_ms(),
+                    origin: SuppressionOrigin::Manual,
+                    source_id: None,
                 },
             )
             .await
@@ -85,9 +89,20 @@ impl MailService {
             query.limit.as_deref(),
             query.cursor.as_deref(),
         )?;
+        let origin = match query.origin.as_deref() {
+            None => None,
+            Some(text) => Some(text.parse::<SuppressionOrigin>().map_err(|_| {
+                Error::validation("origin", "must be `manual`, `bounce` or `complaint`")
+            })?),
+        };
         let rows = self
             .store
-            .list_suppressions(caller.principal.tenant_id, page.before_id, page.fetch())
+            .list_suppressions(
+                caller.principal.tenant_id,
+                page.before_id,
+                origin,
+                page.fetch(),
+            )
             .await?;
         Ok(page.page(rows, |s| s.id))
     }
@@ -109,20 +124,117 @@ impl MailService {
         })
     }
 
-    /// `DELETE /suppressions/{email_or_id}`; the normalised address deleted.
-    pub async fn delete_suppression(&self, caller: &Caller, key: &str) -> Result<String, Error> {
+    /// `DELETE /suppressions/{email_or_id}`: the entry removed.
+    pub async fn delete_suppression(
+        &self,
+        caller: &Caller,
+        key: &str,
+    ) -> Result<Suppression, Error> {
         let entry = self.suppression(caller, key).await?;
-        if self
+        let removed = self
             .store
-            .delete_suppression(caller.principal.tenant_id, &entry.email)
-            .await?
-        {
-            Ok(entry.email)
-        } else {
+            .delete_suppressions(caller.principal.tenant_id, &[entry.id])
+            .await?;
+        if removed.is_empty() {
             Err(Error::NotFound {
                 what: "suppression".into(),
             })
+        } else {
+            Ok(entry)
         }
+    }
+
+    /// `POST /suppressions/batch/add {emails: [...]}` (1 to 100 addresses):
+    /// one unit; an address already there (any case) answers its entry,
+    /// and addresses of one mailbox answer one entry.
+    pub async fn add_suppressions(
+        &self,
+        caller: &Caller,
+        body: &Value,
+    ) -> Result<Vec<Suppression>, Error> {
+        let obj = batch_object(body, &["emails"])?;
+        let emails = string_list(obj, "emails")?.ok_or(Error::MissingField {
+            field: "emails".into(),
+        })?;
+        let now = self.clock.now_ms();
+        let mut new = Vec::with_capacity(emails.len());
+        for (i, text) in emails.iter().enumerate() {
+            new.push(Suppression {
+                id: self.ids.next(),
+                email: model::normalize_address(&format!("emails[{i}]"), text)?,
+                reason: None,
+                created_at: now,
+                origin: SuppressionOrigin::Manual,
+                source_id: None,
+            });
+        }
+        self.store
+            .add_suppressions(caller.principal.tenant_id, &new)
+            .await
+    }
+
+    /// `POST /suppressions/batch/remove {emails: [...]} | {ids: [...]}`
+    /// (one of the two, 1 to 100 items): the entries removed, in one unit;
+    /// an item not on the list is left out of the answer, not an error.
+    pub async fn remove_suppressions(
+        &self,
+        caller: &Caller,
+        body: &Value,
+    ) -> Result<Vec<Suppression>, Error> {
+        let obj = batch_object(body, &["emails", "ids"])?;
+        let tenant = caller.principal.tenant_id;
+        let mut found: Vec<Suppression> = Vec::new();
+        match (string_list(obj, "emails")?, string_list(obj, "ids")?) {
+            (Some(_), Some(_)) => {
+                return Err(Error::validation(
+                    "ids",
+                    "give either `emails` or `ids`, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(Error::MissingField {
+                    field: "emails".into(),
+                });
+            }
+            (Some(emails), None) => {
+                for (i, text) in emails.iter().enumerate() {
+                    let email = model::normalize_address(&format!("emails[{i}]"), text)?;
+                    if let Some(s) = self.store.suppression_by_email(tenant, &email).await? {
+                        found.push(s);
+                    }
+                }
+            }
+            (None, Some(ids)) => {
+                for (i, text) in ids.iter().enumerate() {
+                    let id = match crate::id::parse_id(text) {
+                        crate::id::ParsedId::Id(id) => id,
+                        // Beyond every id: not on the list.
+                        crate::id::ParsedId::OutOfRange => continue,
+                        crate::id::ParsedId::Invalid => {
+                            return Err(Error::validation(
+                                format!("ids[{i}]"),
+                                format!("must match {}", crate::id::ID_PATTERN),
+                            ));
+                        }
+                    };
+                    if let Some(s) = self.store.suppression_by_id(tenant, id).await? {
+                        found.push(s);
+                    }
+                }
+            }
+        }
+        found.dedup_by_key(|s| s.id);
+        let mut ids: Vec<i64> = found.iter().map(|s| s.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let removed = self.store.delete_suppressions(tenant, &ids).await?;
+        let mut out: Vec<Suppression> = Vec::new();
+        for s in found {
+            if removed.contains(&s.id) && !out.iter().any(|o| o.id == s.id) {
+                out.push(s);
+            }
+        }
+        Ok(out)
     }
 
     /// Removes the tenant's suppressed addresses from to, cc and bcc.
@@ -133,19 +245,21 @@ impl MailService {
     ) -> Result<Screened, Error> {
         let all = email.to.iter().chain(&email.cc).chain(&email.bcc);
         let addresses: Vec<String> = all.map(|m| model::normalized(&m.email)).collect();
+        // Keys: any case of a suppressed mailbox matches.
         let suppressed = self.store.suppressed_among(tenant_id, &addresses).await?;
         if suppressed.is_empty() {
             return Ok(Screened::Clear);
         }
+        let is_suppressed = |a: &str| suppressed.contains(&suppression_key(a));
         let keep = |list: &Vec<lettre::message::Mailbox>| -> Vec<lettre::message::Mailbox> {
             list.iter()
-                .filter(|m| !suppressed.contains(&model::normalized(&m.email)))
+                .filter(|m| !is_suppressed(&model::normalized(&m.email)))
                 .cloned()
                 .collect()
         };
         let mut dropped: Vec<String> = Vec::new();
         for a in addresses {
-            if suppressed.contains(&a) && !dropped.contains(&a) {
+            if is_suppressed(&a) && !dropped.contains(&a) {
                 dropped.push(a);
             }
         }
@@ -159,4 +273,53 @@ impl MailService {
             Ok(Screened::Some(Box::new(remaining), dropped))
         }
     }
+}
+
+/// Most items one batch call takes.
+pub const MAX_SUPPRESSION_BATCH: usize = 100;
+
+fn batch_object<'a>(
+    body: &'a Value,
+    allowed: &[&str],
+) -> Result<&'a serde_json::Map<String, Value>, Error> {
+    let Value::Object(obj) = body else {
+        return Err(Error::validation("body", "must be a JSON object"));
+    };
+    if let Some(unknown) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(Error::validation(
+            unknown.clone(),
+            format!("unknown property (allowed: {})", allowed.join(", ")),
+        ));
+    }
+    Ok(obj)
+}
+
+/// The list of strings `field` holds (1 to 100), `None` when absent.
+fn string_list(
+    obj: &serde_json::Map<String, Value>,
+    field: &str,
+) -> Result<Option<Vec<String>>, Error> {
+    let items = match obj.get(field) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(Error::validation(field, "must be an array of strings")),
+    };
+    if items.is_empty() || items.len() > MAX_SUPPRESSION_BATCH {
+        return Err(Error::validation(
+            field,
+            format!("must hold 1 to {MAX_SUPPRESSION_BATCH} items"),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::String(s) => Ok(s.clone()),
+            _ => Err(Error::validation(
+                format!("{field}[{i}]"),
+                "must be a string",
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }

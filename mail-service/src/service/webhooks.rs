@@ -146,6 +146,8 @@ impl MailService {
         id: i64,
         body: &Value,
     ) -> Result<Webhook, Error> {
+        // Resend's Python SDK repeats the id in the body as `webhook_id`.
+        let body = &model::without_path_id(body, &["webhook_id", "id"], id)?;
         let obj = object(body, &["endpoint", "events", "status", "enabled"])?;
         let mut webhook = self.webhook(caller, id).await?;
         if let Some(v) = obj.get("endpoint").filter(|v| !v.is_null()) {

@@ -34,4 +34,35 @@ impl Store {
             .await?
         }))
     }
+
+    /// The counts of every domain of a tenant for days `from_day..=to_day`,
+    /// the shards summed, per domain name. The same aggregates as
+    /// `day_counts` (served as `GET /emails/metrics`).
+    pub async fn domain_day_counts(
+        &self,
+        tenant_id: i64,
+        from_day: i64,
+        to_day: i64,
+    ) -> Result<Vec<DomainDayCount>, Error> {
+        Ok(on_db!(self, pool => {
+            sqlx::query_as(
+                "SELECT domain, day, status, CAST(SUM(count) AS BIGINT) AS count FROM email_day_counts \
+                 WHERE tenant_id = $1 AND day >= $2 AND day <= $3 GROUP BY domain, day, status",
+            )
+            .bind(tenant_id)
+            .bind(from_day)
+            .bind(to_day)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+}
+
+/// One aggregate row of a tenant: (domain name, UTC day number, status, count).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DomainDayCount {
+    pub domain: String,
+    pub day: i64,
+    pub status: String,
+    pub count: i64,
 }

@@ -180,18 +180,34 @@ impl Store {
         Ok(changed == 1)
     }
 
-    pub async fn record_domain_check(&self, id: i64, check: &DomainCheck) -> Result<(), Error> {
-        self.write_one(Step::rows(
-            "UPDATE domains SET status = $1, records = $2, verified_at = $3, verify_until = $4 WHERE id = $5",
-            params![
-                check.status.as_str(),
-                &check.records,
-                check.verified_at,
-                check.verify_until,
-                id
-            ],
-        ))
-        .await?;
+    /// Stores a check's outcome and, in the same unit, its event (type
+    /// and `data`) when there is one; nothing when the domain was deleted
+    /// meanwhile.
+    pub async fn record_domain_check(
+        &self,
+        tenant_id: i64,
+        id: i64,
+        check: &DomainCheck,
+        event: Option<(crate::model::EventType, String)>,
+        now: i64,
+    ) -> Result<(), Error> {
+        let mut steps = vec![
+            Step::rows(
+                "UPDATE domains SET status = $1, records = $2, verified_at = $3, verify_until = $4 WHERE id = $5",
+                params![
+                    check.status.as_str(),
+                    &check.records,
+                    check.verified_at,
+                    check.verify_until,
+                    id
+                ],
+            )
+            .stop_if_zero(),
+        ];
+        if let Some((event, data)) = event {
+            steps.push(Self::record_event(tenant_id, event, &data, now));
+        }
+        self.write(Unit::new(steps)).await?;
         Ok(())
     }
 

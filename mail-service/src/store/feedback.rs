@@ -43,6 +43,9 @@ pub struct NewAutoSuppression {
     pub id: i64,
     pub email: String,
     pub reason: String,
+    pub origin: crate::model::SuppressionOrigin,
+    /// The email bounced or complained about.
+    pub source_id: i64,
 }
 
 /// The email a report names, as the ingest needs it.
@@ -155,10 +158,16 @@ impl Store {
                 ));
             }
             for s in suppressions {
-                steps.push(Step::rows(
-                    "INSERT INTO suppressions (id, tenant_id, email, reason, created_at) VALUES ($1, $2, $3, $4, $5) \
-                     ON CONFLICT (tenant_id, email) DO NOTHING",
-                    params![s.id, tenant_id, &s.email, &s.reason, report.received_at],
+                steps.push(Self::insert_suppression(
+                    tenant_id,
+                    &crate::model::Suppression {
+                        id: s.id,
+                        email: s.email.clone(),
+                        reason: Some(s.reason.clone()),
+                        created_at: report.received_at,
+                        origin: s.origin,
+                        source_id: Some(s.source_id),
+                    },
                 ));
             }
         }

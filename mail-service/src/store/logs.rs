@@ -155,7 +155,9 @@ impl Store {
         Ok(deleted as u64)
     }
 
-    /// Newest first; at most `filter.limit` rows.
+    /// Newest first; at most `filter.limit` rows. Unfinished requests
+    /// (status 0) only when `filter.status` asks for them, and never the
+    /// listing request itself.
     pub async fn list_logs(
         &self,
         tenant_id: i64,
@@ -164,12 +166,13 @@ impl Store {
         Ok(on_db!(self, pool => {
             sqlx::query_as(select_log!(
                 "WHERE tenant_id = $1 AND ($2 IS NULL OR id < $2) AND ($3 IS NULL OR method = $3) \
-                 AND ($4 IS NULL OR status = $4) ORDER BY id DESC LIMIT $5"
+                 AND (($4 IS NULL AND status <> 0) OR status = $4) AND id <> $5 ORDER BY id DESC LIMIT $6"
             ))
             .bind(tenant_id)
             .bind(filter.before_id)
             .bind(&filter.method)
             .bind(filter.status)
+            .bind(filter.except_id)
             .bind(filter.limit)
             .fetch_all(pool)
             .await?

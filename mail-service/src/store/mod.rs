@@ -34,7 +34,7 @@ use sqlx::{ConnectOptions, Connection};
 use crate::error::Error;
 use crate::model::{ApiKey, EmailStatus, KeyState, Principal, RequestLog, StoredEmail, Tenant};
 
-pub use analytics::DayCount;
+pub use analytics::{DayCount, DomainDayCount};
 pub use domains::{DkimKey, DomainCheck, NewDomain, SendingDomain};
 pub use feedback::{FeedbackTarget, NewAutoSuppression, NewEvent, NewReport};
 pub use records::{

@@ -130,6 +130,9 @@ pub struct RateHit {
 pub struct LogFilter {
     pub before_id: Option<i64>,
     pub method: Option<String>,
+    /// `None`: finished requests only; `Some(0)`: unfinished ones.
     pub status: Option<i64>,
+    /// The listing request itself, never in its own page.
+    pub except_id: i64,
     pub limit: i64,
 }

@@ -1,39 +1,95 @@
 //! The suppression list and the recipients an email lost to it.
 
 use super::*;
-use crate::model::Suppression;
+use crate::model::{Suppression, SuppressionOrigin, suppression_key};
+
+/// `$2, $3, ...`: the placeholders of `n` values after the tenant's `$1`.
+fn placeholders(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("${}", i + 2))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The columns of `Suppression`, then the rest of the query.
 macro_rules! select_suppression {
     ($rest:literal) => {
         concat!(
-            "SELECT id, email, reason, created_at FROM suppressions ",
+            "SELECT id, email, reason, created_at, origin, source_id FROM suppressions ",
             $rest
         )
     };
 }
 
 impl Store {
-    /// Adds `email` (normalised) to the tenant's list unless it is there;
-    /// either way answers the entry as stored.
+    /// The step that adds `new` unless its mailbox (any case) is there.
+    pub(crate) fn insert_suppression(tenant_id: i64, new: &Suppression) -> Step {
+        Step::rows(
+            "INSERT INTO suppressions (id, tenant_id, email, email_key, reason, created_at, origin, source_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (tenant_id, email_key) DO NOTHING",
+            params![
+                new.id,
+                tenant_id,
+                &new.email,
+                suppression_key(&new.email),
+                &new.reason,
+                new.created_at,
+                new.origin.as_str(),
+                new.source_id
+            ],
+        )
+    }
+
+    /// Adds each of `new` (normalised addresses) to the tenant's list
+    /// unless its mailbox (any case) is there, in one unit; answers the
+    /// entries as stored (an address already there: its existing entry),
+    /// one per mailbox, in the order given.
+    pub async fn add_suppressions(
+        &self,
+        tenant_id: i64,
+        new: &[Suppression],
+    ) -> Result<Vec<Suppression>, Error> {
+        if new.is_empty() {
+            return Ok(Vec::new());
+        }
+        let steps = new
+            .iter()
+            .map(|s| Self::insert_suppression(tenant_id, s))
+            .collect();
+        self.write(Unit::new(steps)).await?;
+        let keys: Vec<String> = new.iter().map(|s| suppression_key(&s.email)).collect();
+        let stored = self.suppressions_by_key(tenant_id, &keys).await?;
+        let mut out: Vec<Suppression> = Vec::new();
+        for key in &keys {
+            let entry = stored
+                .iter()
+                .find(|s| suppression_key(&s.email) == *key)
+                .ok_or_else(|| Error::Unavailable {
+                    detail: "the suppression was written but could not be read back".into(),
+                })?;
+            if !out.iter().any(|s| s.id == entry.id) {
+                out.push(entry.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds `email` (normalised) to the tenant's list unless its mailbox
+    /// is there; either way answers the entry as stored.
     pub async fn add_suppression(
         &self,
         tenant_id: i64,
         new: &Suppression,
     ) -> Result<Suppression, Error> {
-        self.write_one(Step::rows(
-            "INSERT INTO suppressions (id, tenant_id, email, reason, created_at) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (tenant_id, email) DO NOTHING",
-            params![new.id, tenant_id, &new.email, &new.reason, new.created_at],
-        ))
-        .await?;
-        self.suppression_by_email(tenant_id, &new.email)
-            .await?
-            .ok_or_else(|| Error::Unavailable {
-                detail: "the suppression was written but could not be read back".into(),
-            })
+        let mut added = self
+            .add_suppressions(tenant_id, std::slice::from_ref(new))
+            .await?;
+        added.pop().ok_or_else(|| Error::Unavailable {
+            detail: "the suppression was written but could not be read back".into(),
+        })
     }
 
+    /// The entry of `email`'s mailbox (any case).
     pub async fn suppression_by_email(
         &self,
         tenant_id: i64,
@@ -41,10 +97,31 @@ impl Store {
     ) -> Result<Option<Suppression>, Error> {
         optional!(
             self,
-            select_suppression!("WHERE tenant_id = $1 AND email = $2"),
+            select_suppression!("WHERE tenant_id = $1 AND email_key = $2"),
             tenant_id,
-            email
+            suppression_key(email)
         )
+    }
+
+    /// The entries of these keys (`suppression_key`), in no order.
+    async fn suppressions_by_key(
+        &self,
+        tenant_id: i64,
+        keys: &[String],
+    ) -> Result<Vec<Suppression>, Error> {
+        let sql = format!(
+            "{}({})",
+            select_suppression!("WHERE tenant_id = $1 AND email_key IN "),
+            placeholders(keys.len())
+        );
+        Ok(on_db!(self, pool => {
+            // Only numbered placeholders are formatted into the text.
+            let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone())).bind(tenant_id);
+            for k in keys {
+                query = query.bind(k);
+            }
+            query.fetch_all(pool).await?
+        }))
     }
 
     pub async fn suppression_by_id(
@@ -65,29 +142,56 @@ impl Store {
         &self,
         tenant_id: i64,
         before_id: Option<i64>,
+        origin: Option<SuppressionOrigin>,
         limit: i64,
     ) -> Result<Vec<Suppression>, Error> {
-        page!(
-            self,
-            select_suppression!("WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"),
-            tenant_id,
-            before_id,
-            limit
-        )
-    }
-
-    /// Returns false when the address was not on the list.
-    pub async fn delete_suppression(&self, tenant_id: i64, email: &str) -> Result<bool, Error> {
-        let deleted = self
-            .write_one(Step::rows(
-                "DELETE FROM suppressions WHERE tenant_id = $1 AND email = $2",
-                params![tenant_id, email],
+        let origin = origin.map(SuppressionOrigin::as_str);
+        Ok(on_db!(self, pool => {
+            sqlx::query_as(select_suppression!(
+                "WHERE tenant_id = $1 AND id < $2 AND ($3 IS NULL OR origin = $3) ORDER BY id DESC LIMIT $4"
             ))
-            .await?;
-        Ok(deleted == 1)
+            .bind(tenant_id)
+            .bind(before_id.unwrap_or(i64::MAX))
+            .bind(origin)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        }))
     }
 
-    /// Which of `emails` (normalised) are on the tenant's list.
+    /// Removes these entries (ids of the tenant's) in one unit; answers the
+    /// ids that were on the list.
+    pub async fn delete_suppressions(
+        &self,
+        tenant_id: i64,
+        ids: &[i64],
+    ) -> Result<Vec<i64>, Error> {
+        let steps: Vec<Step> = ids
+            .iter()
+            .map(|id| {
+                Step::rows(
+                    "DELETE FROM suppressions WHERE tenant_id = $1 AND id = $2",
+                    params![tenant_id, *id],
+                )
+            })
+            .collect();
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let yields = match self.write(Unit::new(steps)).await? {
+            Ran::Committed(y) | Ran::Stopped(y) => y,
+            Ran::RolledBack => Vec::new(),
+        };
+        Ok(ids
+            .iter()
+            .zip(yields)
+            .filter(|(_, n)| *n == 1)
+            .map(|(id, _)| *id)
+            .collect())
+    }
+
+    /// Which of `emails` (normalised) are on the tenant's list, as their
+    /// keys (`suppression_key`): any case of a suppressed mailbox matches.
     pub async fn suppressed_among(
         &self,
         tenant_id: i64,
@@ -96,17 +200,16 @@ impl Store {
         if emails.is_empty() {
             return Ok(Vec::new());
         }
-        let placeholders: Vec<String> = (0..emails.len()).map(|i| format!("${}", i + 2)).collect();
         let sql = format!(
-            "SELECT email FROM suppressions WHERE tenant_id = $1 AND email IN ({})",
-            placeholders.join(", ")
+            "SELECT email_key FROM suppressions WHERE tenant_id = $1 AND email_key IN ({})",
+            placeholders(emails.len())
         );
         Ok(on_db!(self, pool => {
             // Only numbered placeholders are formatted into the text; every
             // address is a bound parameter.
             let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone())).bind(tenant_id);
             for e in emails {
-                query = query.bind(e);
+                query = query.bind(suppression_key(e));
             }
             query.fetch_all(pool).await?
         }))
