@@ -46,8 +46,10 @@ pub fn run(args: &Args) -> Result<()> {
         npm_packages(dir, package)?;
     }
 
-    crate::step("[6/8] the DKIM verifier of mail-service's tests (dkimpy)");
-    dkim_verifier()?;
+    crate::step("[6/8] the Python packages of mail-service's tests (dkimpy, Resend's SDK)");
+    for (venv, requirements, what) in PYTHON_TESTS {
+        python_venv(venv, requirements, what)?;
+    }
 
     crate::step("[7/8] cargo-component for the extension template's test");
     cargo_component()?;
@@ -102,26 +104,38 @@ fn cargo_component() -> Result<()> {
     Ok(())
 }
 
-/// The pinned requirements of mail-service's DKIM test.
-const DKIM_REQUIREMENTS: &str = "mail-service/tests/dkim/requirements.txt";
+/// The Python venvs of mail-service's tests: the venv under `target/`, its
+/// pinned requirements, and what it holds.
+const PYTHON_TESTS: &[(&str, &str, &str)] = &[
+    (
+        "dkim-venv",
+        "mail-service/tests/dkim/requirements.txt",
+        "dkimpy (the DKIM verifier)",
+    ),
+    (
+        "resend-python-venv",
+        "mail-service/tests/sdk_python/requirements.txt",
+        "Resend's Python SDK",
+    ),
+];
 
-/// Installs dkimpy (pinned in `DKIM_REQUIREMENTS`) into `target/dkim-venv`
-/// unless that venv already satisfies them. Without python3 it says so and
-/// goes on: the test then names what is missing (and fails when `CI` is
-/// set; `.ci/run` installs python3 and python3-venv).
-fn dkim_verifier() -> Result<()> {
-    let venv = crate::target_root().join("dkim-venv");
+/// Installs `requirements` into `target/<venv>` unless that venv already
+/// satisfies them. Without python3 it says so and goes on: the test then
+/// names what is missing (and fails when `CI` is set; `.ci/run` installs
+/// python3 and python3-venv).
+fn python_venv(venv: &str, requirements: &str, what: &str) -> Result<()> {
+    let venv = crate::target_root().join(venv);
     let python = venv.join("bin").join("python");
-    let requirements = crate::workspace_root().join(DKIM_REQUIREMENTS);
+    let requirements = crate::workspace_root().join(requirements);
     let wanted = std::fs::read_to_string(&requirements)
         .with_context(|| format!("reading {}", requirements.display()))?;
     let stamp = venv.join("requirements.installed");
     if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(wanted.as_str()) {
-        println!("    dkimpy is installed in {}", venv.display());
+        println!("    {what} is installed in {}", venv.display());
         return Ok(());
     }
     if !run::on_path("python3") {
-        println!("    python3 is not installed; mail-service's DKIM test will say so");
+        println!("    python3 is not installed; the test that needs {what} will say so");
         return Ok(());
     }
     run::checked(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
