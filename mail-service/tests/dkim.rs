@@ -130,6 +130,8 @@ async fn signed_mail_verifies_independently_and_a_tampered_copy_does_not(b: Back
     )
     .await
     .ok();
+    // The check runs in the background.
+    app.service.domain_checks_settled().await;
     assert_eq!(
         app.get(&format!("/domains/{id}")).await.body["status"],
         "verified"
