@@ -143,7 +143,7 @@ pub async fn get_domain(
     post, path = "/domains/{id}/verify", tag = "domains",
     params(("id" = String, Path, description = "^[1-9][0-9]{0,18}$")),
     responses(
-        (status = 200, description = "Checked once now and re-checked in the background for the verification period; read the result with GET", body = DomainChanged),
+        (status = 200, description = "Answered at once: the records are checked in the background now (all lookups at the same time, one deadline) and again for the verification period; the outcome is on GET and sent as `domain.updated`", body = DomainChanged),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody),
     ),
