@@ -243,7 +243,15 @@ fn describe(error: &std::io::Error, options: &TlsOptions) -> String {
                 if presented.is_empty() {
                     "no DNS name".to_string()
                 } else {
-                    presented.join(", ")
+                    presented
+                        .iter()
+                        .map(|name| {
+                            name.strip_prefix("DnsName(\"")
+                                .and_then(|n| n.strip_suffix("\")"))
+                                .unwrap_or(name)
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 }
             ),
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => {

@@ -92,24 +92,3 @@ fn test_config(nginx: &str, prefix: &str, include: &str) {
         String::from_utf8_lossy(&check.stderr)
     );
 }
-
-impl Nginx {
-    /// Replaces the included configuration and reloads the running nginx
-    /// (`nginx -t`, then `nginx -s reload`: SIGHUP, new connections get
-    /// the new configuration).
-    pub fn reload(&self, include: &str) {
-        let nginx = nginx_binary().unwrap();
-        let p = &self.prefix;
-        std::fs::write(format!("{p}/tracking.conf"), include).unwrap();
-        test_config(nginx, p, include);
-        let reload = Command::new(nginx)
-            .args(["-s", "reload", "-p", p, "-c", &format!("{p}/nginx.conf")])
-            .output()
-            .unwrap();
-        assert!(
-            reload.status.success(),
-            "nginx -s reload: {}",
-            String::from_utf8_lossy(&reload.stderr)
-        );
-    }
-}
