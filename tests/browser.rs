@@ -342,25 +342,27 @@ fn a_page_view_through_the_tracking_hostname_is_counted_in_the_panel() {
         &NginxOptions {
             listen: format!("127.0.0.1:{edge_port} ssl"),
             certificate_dir: edge.path().display().to_string(),
+            ..NginxOptions::default()
         },
     );
     let _nginx = nginx(edge.path(), &exported, edge_port);
+    let edge_options = TlsOptions {
+        address: Some(SocketAddr::from(([127, 0, 0, 1], edge_port))),
+        roots: Some(roots),
+        ..TlsOptions::default()
+    };
     host.wait_tls(
         TRACKING_PROJECT,
         TRACKING_HOST,
-        &TlsOptions {
-            address: Some(SocketAddr::from(([127, 0, 0, 1], edge_port))),
-            roots: Some(roots),
-            ..TlsOptions::default()
-        },
+        &edge_options,
         Duration::from_secs(10),
         Duration::from_millis(200),
         &mut |_, _| {},
     )
     .expect("the edge serves the certificate");
     let origin = host
-        .activate_tracking_domain(TRACKING_PROJECT, TRACKING_HOST)
-        .unwrap();
+        .activate_tracking_domain(TRACKING_PROJECT, TRACKING_HOST, &edge_options)
+        .expect("the edge serves the provider's script");
     assert_eq!(origin, format!("https://{TRACKING_HOST}"));
 
     let configuration = platform.invoke("analytics.configuration", json!({}));

@@ -39,8 +39,9 @@ pub mod verify;
 
 pub use error::{InvokeError, Limit};
 pub use host::{
-    Caller, DEVELOPMENT_MARKER, Host, HostConfig, HostError, InvalidInput, Invocation,
-    InvokeRequest, IssuedToken, MAX_SESSION_TTL, PanelSession, TrackingError, TrackingRecords,
+    Caller, CertificateState, DEVELOPMENT_MARKER, EdgeRemoval, Host, HostConfig, HostError,
+    InvalidInput, Invocation, InvokeRequest, IssuedToken, MAX_SESSION_TTL, PanelSession,
+    TrackingError, TrackingRecords,
 };
 pub use limits::SandboxLimits;
 pub use pool::{InstantiationSamples, SandboxStats};

@@ -29,6 +29,7 @@ mod exit {
     pub const DNS_NOT_VERIFIED: u8 = 7;
     pub const DNS_RETRY: u8 = 8;
     pub const TLS_TIMEOUT: u8 = 9;
+    pub const CERTIFICATE_WARNING: u8 = 10;
 }
 
 const EXIT_CODES: &str = "Exit codes:
@@ -43,7 +44,8 @@ const EXIT_CODES: &str = "Exit codes:
   6  a sandbox limit stopped the invocation (invoke)
   7  a DNS record is missing or wrong (tracking-domain verify)
   8  a DNS lookup failed, retry later (tracking-domain verify)
-  9  no valid certificate before the timeout (tracking-domain wait-tls)";
+  9  no valid certificate before the timeout (tracking-domain wait-tls)
+  10 a tracking hostname's certificate expires soon or cannot be checked (tracking-domain check)";
 
 #[derive(Parser)]
 #[command(
@@ -140,6 +142,11 @@ enum Command {
         /// Lifetime of the project-scoped tokens the console hands to panels, e.g. `10m`.
         #[arg(long, default_value = "10m", value_parser = parse_ttl)]
         panel_session_ttl: Duration,
+        /// A proxy in front of `serve` whose X-Forwarded-For the tracking
+        /// ingress believes (an IP address; repeatable or comma-separated).
+        /// Without it the visitor is the connection's address.
+        #[arg(long = "trusted-proxy", value_delimiter = ',')]
+        trusted_proxies: Vec<std::net::IpAddr>,
     },
 }
 
@@ -208,9 +215,10 @@ fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
                 CliError::Host(HostError::Tracking(host_sim::TrackingError::Resolver(_))) => {
                     exit::FAILED
                 }
-                CliError::Host(HostError::Tracking(host_sim::TrackingError::NotConfirmed)) => {
-                    exit::USAGE
-                }
+                CliError::Host(HostError::Tracking(
+                    host_sim::TrackingError::NotConfirmed
+                    | host_sim::TrackingError::MalformedPlanId(_),
+                )) => exit::USAGE,
                 CliError::Host(HostError::Tracking(host_sim::TrackingError::TlsTimeout(_))) => {
                     exit::TLS_TIMEOUT
                 }
@@ -265,6 +273,7 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
         Command::Serve {
             listen,
             panel_session_ttl,
+            trusted_proxies,
         } => {
             let banner = |base: &str| {
                 eprintln!("host-sim serving on {base}");
@@ -273,7 +282,12 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
                 eprintln!("  MCP:      {base}/mcp");
                 eprintln!("Press Ctrl-C to stop.");
             };
-            return Ok(serve(host.clone(), listen, panel_session_ttl, &banner));
+            let options = host_sim::serve::ServeOptions {
+                panel_session_ttl,
+                trusted_proxies,
+                ..Default::default()
+            };
+            return Ok(serve(host.clone(), listen, options, &banner));
         }
         Command::Publisher(_) | Command::Dev(_) | Command::Release(ReleaseCommand::Sign { .. }) => {
             unreachable!("answered before the host state is opened")

@@ -54,6 +54,10 @@ fn add_refuses_apex_ip_wildcard_invalid_reserved_and_bound_hostnames() {
         refused("shop.example"),
         TrackingError::Hostname(HostnameError::Apex { .. })
     ));
+    assert!(matches!(
+        refused("track.a.localhost"),
+        TrackingError::Hostname(HostnameError::SpecialUse { .. })
+    ));
     assert!(
         refused("shop.example")
             .to_string()
@@ -188,6 +192,28 @@ fn a_wrong_cname_and_a_txt_of_another_project_are_wrong_values() {
 }
 
 #[test]
+fn an_address_record_where_the_cname_belongs_is_a_wrong_value_not_missing() {
+    let (_dir, host) = host();
+    let dns = DnsFixture::start().unwrap();
+    host.add_tracking_domain("p1", "track.shop.example")
+        .unwrap();
+    dns.set("track.shop.example", [Record::a([192, 0, 2, 10])]);
+    let (_, report) = host
+        .verify_tracking_domain("p1", "track.shop.example", &options(&dns))
+        .unwrap();
+    match &report.cname.state {
+        RecordState::WrongValue { found, note } => {
+            assert_eq!(found, &["A 192.0.2.10".to_string()]);
+            assert!(
+                note.contains("address record sits where the CNAME"),
+                "{note}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn servfail_and_timeouts_are_retryable_lookup_failures_not_missing_records() {
     let (_dir, host) = host();
     let dns = DnsFixture::start().unwrap();
@@ -318,12 +344,22 @@ fn steps_refuse_a_hostname_of_another_project_and_remove_forgets_an_unrouted_one
         )))
     ));
     assert!(
-        host.remove_tracking_domain("p1", "track.shop.example", &mut |_| {})
-            .unwrap()
+        host.remove_tracking_domain(
+            "p1",
+            "track.shop.example",
+            &host_sim::EdgeRemoval::Check(Default::default()),
+            &mut |_| {},
+        )
+        .unwrap()
     );
     assert!(
         !host
-            .remove_tracking_domain("p1", "track.shop.example", &mut |_| {})
+            .remove_tracking_domain(
+                "p1",
+                "track.shop.example",
+                &host_sim::EdgeRemoval::Check(Default::default()),
+                &mut |_| {},
+            )
             .unwrap()
     );
     host.add_tracking_domain("p2", "track.shop.example")

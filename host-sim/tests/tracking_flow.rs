@@ -135,8 +135,24 @@ fn add_to_activate_and_remove_resume_after_a_killed_process() {
         run(state, &["tracking-domain", "apply"]).status.code(),
         Some(2)
     );
+    let mistyped = run(
+        state,
+        &["tracking-domain", "apply", "--yes", "--plan", "3f0c"],
+    );
+    assert_eq!(mistyped.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&mistyped.stderr).contains("is not a plan id"),
+        "{}",
+        String::from_utf8_lossy(&mistyped.stderr)
+    );
     succeeds(state, &["tracking-domain", "apply", "--yes", "--plan", &id]);
     assert_eq!(step(&env), Some(Step::Routed));
+    let nothing = succeeds(state, &["tracking-domain", "plan"]);
+    assert!(String::from_utf8_lossy(&nothing.stdout).starts_with("no changes"));
+    assert!(
+        !String::from_utf8_lossy(&nothing.stderr).contains("apply"),
+        "an empty plan suggests nothing to apply"
+    );
 
     // wait-tls is killed while the edge still serves another certificate.
     let tls_address = tls_address.to_string();
@@ -161,8 +177,14 @@ fn add_to_activate_and_remove_resume_after_a_killed_process() {
 
     // activate: the extension sees the origin, at a new generation.
     let before = env.host.generation(common::EXTENSION, "p1").unwrap();
+    let edge = [
+        "--address",
+        tls_address.as_str(),
+        "--roots",
+        roots.to_str().unwrap(),
+    ];
     let activated: Value = serde_json::from_slice(
-        &succeeds(state, &with(&[], &["tracking-domain", "activate"])).stdout,
+        &succeeds(state, &with(&edge, &["tracking-domain", "activate"])).stdout,
     )
     .unwrap();
     assert_eq!(activated["tracking_origin"], format!("https://{HOSTNAME}"));
@@ -188,7 +210,10 @@ fn add_to_activate_and_remove_resume_after_a_killed_process() {
         .deactivate_tracking_domain("p1", HOSTNAME)
         .unwrap();
     assert_eq!(step(&env), Some(Step::TlsReady));
-    let removed = succeeds(state, &with(&[], &["tracking-domain", "remove"]));
+    let removed = succeeds(
+        state,
+        &with(&["--removed-from-edge"], &["tracking-domain", "remove"]),
+    );
     let stderr = String::from_utf8_lossy(&removed.stderr);
     assert!(
         !stderr.contains("activation undone")
@@ -219,8 +244,11 @@ fn add_to_activate_and_remove_resume_after_a_killed_process() {
         .to_string();
     succeeds(state, &["tracking-domain", "apply", "--yes", "--plan", &id]);
     succeeds(state, &wait_tls);
-    succeeds(state, &with(&[], &["tracking-domain", "activate"]));
-    let removed = succeeds(state, &with(&[], &["tracking-domain", "remove"]));
+    succeeds(state, &with(&edge, &["tracking-domain", "activate"]));
+    let removed = succeeds(
+        state,
+        &with(&["--removed-from-edge"], &["tracking-domain", "remove"]),
+    );
     let stderr = String::from_utf8_lossy(&removed.stderr);
     let order: Vec<usize> = ["activation undone", "routing removed", "domain forgotten"]
         .iter()

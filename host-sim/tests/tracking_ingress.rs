@@ -9,12 +9,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Provider;
+use common::nginx::{free_port, start_nginx};
 use dns_fixture::{DnsFixture, Record};
 use host_sim::state::{StateError, Step, TrackingRefusal};
 use host_sim::tracking::dns::DnsOptions;
@@ -112,10 +111,22 @@ fn apply_needs_yes_and_applies_exactly_the_reviewed_plan() {
     // remove undoes the routing, then forgets the domain.
     let mut undone = Vec::new();
     assert!(
-        host.remove_tracking_domain("p1", HOSTNAME, &mut |s| undone.push(s.to_string()))
-            .unwrap()
+        host.remove_tracking_domain(
+            "p1",
+            HOSTNAME,
+            &host_sim::EdgeRemoval::RemovedElsewhere,
+            &mut |s| undone.push(s.to_string())
+        )
+        .unwrap()
     );
-    assert_eq!(undone, ["routing removed", "domain forgotten"]);
+    assert_eq!(
+        undone,
+        [
+            "routing removed",
+            "edge: removal confirmed by the operator",
+            "domain forgotten"
+        ]
+    );
     assert!(host.tracking_routes().unwrap().is_empty());
 }
 
@@ -151,8 +162,36 @@ fn a_verified_domain_of_a_project_without_a_provider_binding_cannot_be_planned()
 
 // ---- the ingress, over the wire -------------------------------------------
 
-/// One raw HTTP/1.1 request (the path exactly as written), its status.
-fn request(address: SocketAddr, method: &str, path: &str, host: &str) -> u16 {
+/// Headers a visitor (or an attacker) adds: none may reach the provider,
+/// and none may change the visitor address it sees.
+const FORGED: &[(&str, &str)] = &[
+    ("X-Forwarded-For", "203.0.113.9"),
+    ("True-Client-IP", "198.51.100.1"),
+    ("CF-Connecting-IP", "198.51.100.2"),
+    ("X-Real-IP", "198.51.100.3"),
+    ("X-Client-IP", "198.51.100.4"),
+    ("Forwarded", "for=198.51.100.5"),
+    ("Authorization", "Bearer visitor-should-not-pass"),
+    ("Cookie", "session=visitor"),
+    ("x-umami-api-key", "forged-key"),
+    ("X-Original-URL", "/api/websites"),
+    ("X-HTTP-Method-Override", "DELETE"),
+    ("Accept", "text/forged"),
+    ("Referer", "https://shop.example/private?order=1"),
+];
+
+/// Headers a browser sends that do reach the provider.
+const ALLOWED: &[(&str, &str)] = &[
+    ("User-Agent", "Visitor-Browser/1.0"),
+    ("Accept-Language", "de-CH"),
+    ("Origin", "https://shop.example"),
+    ("x-umami-cache", "cache-token"),
+];
+
+/// One raw HTTP/1.1 request (the path exactly as written) with the
+/// visitor's and the forged headers: its status, or `None` when the server
+/// closed the connection without an answer.
+fn try_request(address: SocketAddr, method: &str, path: &str, host: &str) -> Option<u16> {
     let mut stream = TcpStream::connect(address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -162,21 +201,33 @@ fn request(address: SocketAddr, method: &str, path: &str, host: &str) -> u16 {
     } else {
         ""
     };
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for (name, value) in ALLOWED.iter().chain(FORGED) {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: Visitor-Browser/1.0\r\n\
-         X-Forwarded-For: 203.0.113.9\r\nAuthorization: Bearer visitor-should-not-pass\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{head}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+    if answer.is_empty() {
+        return None;
+    }
+    Some(
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {answer:?}")),
+    )
+}
+
+fn request(address: SocketAddr, method: &str, path: &str, host: &str) -> u16 {
+    try_request(address, method, path, host)
+        .unwrap_or_else(|| panic!("{method} {path} (Host {host}): closed without an answer"))
 }
 
 /// The near misses of the issue: none may reach the provider.
@@ -198,9 +249,20 @@ const NEAR_MISSES: &[(&str, &str)] = &[
     ("GET", "/login"),
 ];
 
-/// The two paths (and the preflight) arrive with the visitor's User-Agent
-/// and address and without anything that authenticates; every near miss
-/// is 404 and the provider sees none of them.
+/// Headers the edge itself sets on the way to the provider.
+const EDGE_OWN: &[&str] = &[
+    "host",
+    "x-forwarded-for",
+    "content-length",
+    "connection",
+    "accept",
+    "transfer-encoding",
+];
+
+/// The two paths (and the preflight) arrive with the allowlisted headers
+/// only, the connection's address as the only `X-Forwarded-For` (whatever
+/// the visitor forged) and nothing that authenticates; every near miss is
+/// 404 and the provider sees none of them.
 fn assert_exact_routing(address: SocketAddr, provider: &Provider, via: &str) {
     let before = provider.requests().len();
     for (method, path) in NEAR_MISSES {
@@ -235,23 +297,44 @@ fn assert_exact_routing(address: SocketAddr, provider: &Provider, via: &str) {
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| v.clone())
         };
-        assert_eq!(
-            header("user-agent").as_deref(),
-            Some("Visitor-Browser/1.0"),
-            "{via}"
-        );
+        for (name, value) in ALLOWED {
+            assert_eq!(
+                header(&name.to_ascii_lowercase()).as_deref(),
+                Some(*value),
+                "{via}: {name}"
+            );
+        }
         assert_eq!(
             header("x-forwarded-for").as_deref(),
-            Some("203.0.113.9, 127.0.0.1"),
-            "{via}"
+            Some("127.0.0.1"),
+            "{via}: the visitor address is the connection's, whatever was forged"
         );
-        assert_eq!(header("authorization"), None, "{via}: {request:?}");
+        for (name, _) in request.headers.iter() {
+            assert!(
+                ingress::FORWARDED_REQUEST_HEADERS.contains(&name.as_str())
+                    || EDGE_OWN.contains(&name.as_str()),
+                "{via}: {name} is outside the allowlist: {request:?}"
+            );
+        }
+        assert_ne!(header("accept").as_deref(), Some("text/forged"), "{via}");
         assert!(
-            request.headers.iter().all(|(_, v)| !v.contains(SECRET)),
-            "{via}: the provider secret travelled: {request:?}"
+            request.headers.iter().all(|(_, v)| !v.contains(SECRET)
+                && !v.contains("198.51.100")
+                && !v.contains("203.0.113")
+                && !v.contains("forged")),
+            "{via}: a secret or forged value travelled: {request:?}"
         );
     }
 }
+
+/// Hosts that are not exactly the tracking hostname reach neither the
+/// tracking block nor, through it, the provider.
+const OTHER_HOSTS: &[&str] = &[
+    "localhost",
+    "TRACK.shop.example",
+    "track.shop.example.",
+    "track.shop.example:8443",
+];
 
 #[test]
 fn serve_routes_an_applied_hostname_to_exactly_the_two_paths() {
@@ -287,43 +370,28 @@ fn serve_routes_an_applied_hostname_to_exactly_the_two_paths() {
         404,
         "the tracking hostname does not"
     );
+    let before = provider.requests().len();
+    let provider_host = provider.origin().trim_start_matches("http://").to_string();
+    for host in OTHER_HOSTS.iter().copied().chain([provider_host.as_str()]) {
+        let status = request(address, "GET", "/script.js", host);
+        let expected = if host.starts_with("track.") || host.starts_with("TRACK.") {
+            421
+        } else {
+            404
+        };
+        assert_eq!(status, expected, "Host {host}");
+    }
+    assert_eq!(
+        provider.requests().len(),
+        before,
+        "no other Host reached the provider"
+    );
 }
 
 // ---- Debian's nginx with the exported configuration -----------------------
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nginx_binary() -> Option<&'static str> {
-    ["/usr/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-}
-
 #[test]
 fn nginx_with_the_exported_config_forwards_only_the_exact_paths() {
-    let Some(nginx) = nginx_binary() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "nginx is missing: .ci/run installs Debian's nginx"
-        );
-        eprintln!("skipped: Debian's nginx is not installed (apt-get install nginx)");
-        return;
-    };
     let provider = Provider::start(SECRET);
     let (_dir, host) = verified(&provider);
     let plan = host.tracking_plan().unwrap();
@@ -335,48 +403,68 @@ fn nginx_with_the_exported_config_forwards_only_the_exact_paths() {
         &NginxOptions {
             listen: format!("127.0.0.1:{port}"),
             certificate_dir: String::new(),
+            ..NginxOptions::default()
         },
     );
     let prefix = tempfile::tempdir().unwrap();
-    let p = prefix.path().display().to_string();
-    std::fs::write(prefix.path().join("tracking.conf"), &exported).unwrap();
-    std::fs::write(
-        prefix.path().join("nginx.conf"),
-        format!(
-            "daemon off;\nmaster_process off;\npid {p}/nginx.pid;\nerror_log {p}/error.log info;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{\n  access_log {p}/access.log;\n  client_body_temp_path {p}/body;\n  \
-             proxy_temp_path {p}/proxy;\n  fastcgi_temp_path {p}/fastcgi;\n  uwsgi_temp_path {p}/uwsgi;\n  \
-             scgi_temp_path {p}/scgi;\n  include {p}/tracking.conf;\n}}\n"
-        ),
+    let Some(_nginx) = start_nginx(prefix.path(), &exported, port) else {
+        return;
+    };
+    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert_exact_routing(address, &provider, "nginx");
+
+    // Any other Host: the connection closes without an answer.
+    let before = provider.requests().len();
+    let provider_host = provider.origin().trim_start_matches("http://").to_string();
+    for host in OTHER_HOSTS.iter().copied().chain([provider_host.as_str()]) {
+        assert_eq!(
+            try_request(address, "GET", "/script.js", host),
+            None,
+            "nginx answered Host {host}"
+        );
+    }
+    assert_eq!(provider.requests().len(), before);
+}
+
+#[test]
+fn nginx_behind_a_trusted_proxy_takes_the_proxy_s_entry_not_the_visitor_s() {
+    let provider = Provider::start(SECRET);
+    let (_dir, host) = verified(&provider);
+    let plan = host.tracking_plan().unwrap();
+    host.apply_tracking_plan(true, Some(&plan.id)).unwrap();
+    let port = free_port();
+    let exported = ingress::nginx(
+        &host.tracking_routes().unwrap(),
+        &NginxOptions {
+            listen: format!("127.0.0.1:{port}"),
+            certificate_dir: String::new(),
+            trusted_proxies: vec!["127.0.0.1".parse().unwrap()],
+            ..NginxOptions::default()
+        },
+    );
+    let prefix = tempfile::tempdir().unwrap();
+    let Some(_nginx) = start_nginx(prefix.path(), &exported, port) else {
+        return;
+    };
+    // The trusted proxy (here: the test, on 127.0.0.1) appended the
+    // visitor's address 192.0.2.44 to what the visitor forged.
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /script.js HTTP/1.1\r\nHost: {HOSTNAME}\r\n\
+         X-Forwarded-For: 203.0.113.9, 192.0.2.44\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
-    let check = Command::new(nginx)
-        .args(["-t", "-p", &p, "-c", &format!("{p}/nginx.conf")])
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "nginx -t refuses the export: {}\n{exported}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    let _nginx = Nginx(
-        Command::new(nginx)
-            .args(["-p", &p, "-c", &format!("{p}/nginx.conf")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let started = Instant::now();
-    while TcpStream::connect(address).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "nginx did not start: {}",
-            std::fs::read_to_string(prefix.path().join("error.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_exact_routing(address, &provider, "nginx");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let seen = provider.requests();
+    let forwarded = seen
+        .last()
+        .and_then(|r| r.headers.iter().find(|(k, _)| k == "x-forwarded-for"))
+        .map(|(_, v)| v.as_str());
+    assert_eq!(forwarded, Some("192.0.2.44"));
 }

@@ -199,6 +199,10 @@ fn the_cli_waits_only_for_a_routed_domain_and_exits_9_with_the_last_reason() {
     let early = wait_tls("1s");
     assert_eq!(early.status.code(), Some(3), "not routed yet");
     assert!(String::from_utf8_lossy(&early.stderr).contains("needs routed"));
+    assert!(
+        !String::from_utf8_lossy(&early.stderr).contains("waiting up to"),
+        "a refused step does not announce a wait first"
+    );
 
     // Route it: verified needs DNS; the state's own steps are what is tested here.
     let host = host_sim::Host::open(host_sim::HostConfig::new(&state)).unwrap();
@@ -219,10 +223,119 @@ fn the_cli_waits_only_for_a_routed_domain_and_exits_9_with_the_last_reason() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("last: the certificate is not valid for this hostname"),
+        stderr.contains(
+            "last: the certificate is not valid for this hostname; it covers wrong.example"
+        ),
         "{stderr}"
     );
 
     let help = run(&["tracking-domain", "wait-tls", "--help"]);
     assert!(String::from_utf8_lossy(&help.stdout).contains("chains to the roots"));
+}
+
+#[test]
+fn status_shows_the_expiry_and_check_warns_within_14_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let ca = Ca::new("Test Root");
+    let roots = ca.pem_file(dir.path());
+    let now = time::OffsetDateTime::now_utc();
+    let (address, current) = tls_server(ca.leaf(
+        HOSTNAME,
+        now - time::Duration::days(80),
+        now + time::Duration::days(10) + time::Duration::hours(1),
+    ));
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_host-sim"))
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(
+        run(&[
+            "tracking-domain",
+            "configure",
+            "--ingress-target",
+            "ingress.provider.example"
+        ])
+        .status
+        .success()
+    );
+    let empty = run(&["tracking-domain", "status"]);
+    assert!(
+        String::from_utf8_lossy(&empty.stderr).contains("no tracking domains"),
+        "{}",
+        String::from_utf8_lossy(&empty.stderr)
+    );
+    assert!(
+        run(&[
+            "tracking-domain",
+            "add",
+            "--project",
+            "p1",
+            "--hostname",
+            HOSTNAME
+        ])
+        .status
+        .success()
+    );
+    let host = host_sim::Host::open(host_sim::HostConfig::new(&state)).unwrap();
+    host.state()
+        .advance_tracking_domain(
+            "p1",
+            HOSTNAME,
+            host_sim::state::Step::Added,
+            host_sim::state::Step::Routed,
+        )
+        .unwrap();
+    drop(host);
+    let edge = [
+        "--address",
+        &address.to_string(),
+        "--roots",
+        roots.to_str().unwrap(),
+    ]
+    .map(String::from);
+    let with_edge = |base: &[&str]| {
+        let args: Vec<&str> = base
+            .iter()
+            .copied()
+            .chain(edge.iter().map(String::as_str))
+            .collect();
+        run(&args)
+    };
+
+    let status = with_edge(&["tracking-domain", "status"]);
+    let stderr = String::from_utf8_lossy(&status.stderr);
+    assert!(status.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("certificate of {HOSTNAME}: expires "))
+            && stderr.contains("(10 days left)"),
+        "{stderr}"
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(shown[0]["certificate"]["days_left"], 10, "{shown}");
+
+    let check = with_edge(&["tracking-domain", "check"]);
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(10), "{stderr}");
+    assert!(stderr.contains("fewer than 14 days"), "{stderr}");
+
+    *current.0.lock().unwrap() = ca.valid_leaf(HOSTNAME);
+    let check = with_edge(&["tracking-domain", "check"]);
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("(89 days left)") || stderr.contains("(90 days left)"),
+        "{stderr}"
+    );
+
+    // A certificate that cannot be checked is a warning too.
+    *current.0.lock().unwrap() = ca.valid_leaf("wrong.example");
+    let check = with_edge(&["tracking-domain", "check"]);
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(10), "{stderr}");
+    assert!(stderr.contains("cannot be checked"), "{stderr}");
 }

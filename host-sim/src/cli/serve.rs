@@ -189,7 +189,11 @@ pub(crate) fn dev(args: DevArgs) -> Result<ExitCode, CliError> {
             "Rebuild the component (or edit the manifest) to reload; Ctrl-C stops and removes the state."
         );
     };
-    let code = serve(host, args.listen, Duration::from_secs(600), &banner);
+    let options = host_sim::serve::ServeOptions {
+        panel_session_ttl: Duration::from_secs(600),
+        ..Default::default()
+    };
+    let code = serve(host, args.listen, options, &banner);
     drop(watcher);
     drop(scratch);
     Ok(code)
@@ -200,7 +204,7 @@ pub(crate) fn dev(args: DevArgs) -> Result<ExitCode, CliError> {
 pub(crate) fn serve(
     host: std::sync::Arc<Host>,
     listen: std::net::SocketAddr,
-    panel_session_ttl: Duration,
+    options: host_sim::serve::ServeOptions,
     banner: &dyn Fn(&str),
 ) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -212,10 +216,6 @@ pub(crate) fn serve(
             eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(exit::FAILED);
         }
-    };
-    let options = host_sim::serve::ServeOptions {
-        panel_session_ttl,
-        ..Default::default()
     };
     runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::bind(listen).await {

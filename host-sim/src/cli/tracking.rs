@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use host_sim::Host;
 use host_sim::tracking::dns::{DnsOptions, DnsReport, RecordCheck};
 use host_sim::tracking::ingress;
 use host_sim::tracking::tls::TlsOptions;
+use host_sim::{EdgeRemoval, Host};
 use serde_json::json;
 
 use crate::{CliError, exit, print_json};
@@ -55,12 +55,16 @@ pub(crate) enum TrackingCommand {
         dns: DnsArgs,
     },
     /// Show each tracking domain's step, its records as last verified, its
-    /// TLS state and the command that moves it on.
+    /// TLS state, the expiry of the certificate a routed hostname serves
+    /// (one handshake each, through --address/--roots like wait-tls) and
+    /// the command that moves it on.
     Status {
         #[arg(long)]
         project: Option<String>,
         #[arg(long)]
         hostname: Option<String>,
+        #[command(flatten)]
+        edge: EdgeArgs,
     },
     /// Step 3a: show the reviewed routing as a diff against the applied one.
     ///
@@ -96,14 +100,8 @@ pub(crate) enum TrackingCommand {
         /// Time between attempts, e.g. `5s`.
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         interval: Duration,
-        /// Connect here instead of the hostname's addresses (IP:PORT).
-        #[arg(long)]
-        address: Option<SocketAddr>,
-        #[arg(long, default_value_t = 443)]
-        port: u16,
-        /// Trusted roots, a PEM bundle [default: Mozilla's roots].
-        #[arg(long)]
-        roots: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        edge: EdgeArgs,
         /// Days the certificate must stay valid.
         #[arg(long, default_value_t = 7)]
         min_validity_days: u64,
@@ -112,8 +110,17 @@ pub(crate) enum TrackingCommand {
     /// `tracking_origin` (`https://HOSTNAME`; a new runtime generation), so
     /// the configuration's script loads from it and sends to it
     /// (`data-host-url`); the dashboard link stays on the provider. Needs
-    /// the domain at `tls-ready`.
-    Activate(DomainArgs),
+    /// the domain at `tls-ready` and the edge serving it: `GET
+    /// https://HOSTNAME/script.js` (certificate checked against --roots)
+    /// must answer the provider's script byte for byte, and the CORS
+    /// preflight of `/api/send` must allow the tracker's POST; otherwise
+    /// exit 3 with the reason.
+    Activate {
+        #[command(flatten)]
+        domain: DomainArgs,
+        #[command(flatten)]
+        edge: EdgeArgs,
+    },
     /// Print the applied routing for a real edge: an nginx server block per
     /// hostname (`location =`, raw-URI and method checks) or a Kubernetes
     /// Ingress (`pathType: Exact`).
@@ -123,8 +130,81 @@ pub(crate) enum TrackingCommand {
     },
     /// Undo a tracking domain's steps in reverse order (activation, routing,
     /// then the domain), one commit each; a run that was interrupted
-    /// resumes when run again.
-    Remove(DomainArgs),
+    /// resumes when run again. Before the domain is forgotten, the edge
+    /// must no longer serve it: `https://HOSTNAME/script.js` is asked
+    /// (like `activate`) and while it still answers the provider's script
+    /// remove stops (exit 3) with the domain unrouted at `verified`:
+    /// re-export and reload the edge, then run remove again.
+    Remove {
+        #[command(flatten)]
+        domain: DomainArgs,
+        #[command(flatten)]
+        edge: EdgeArgs,
+        /// Skip the edge check: you removed HOSTNAME from the edge yourself.
+        #[arg(long)]
+        removed_from_edge: bool,
+    },
+    /// For cron: check the certificate each routed tracking hostname
+    /// serves; warn (exit 10) when one expires within --warn-days or
+    /// cannot be checked. Prints each hostname's expiry.
+    Check {
+        #[command(flatten)]
+        edge: EdgeArgs,
+        /// Warn when fewer days than this remain.
+        #[arg(long, default_value_t = 14)]
+        warn_days: u64,
+    },
+}
+
+/// Where the edge is and which roots its certificates chain to.
+#[derive(Args)]
+pub(crate) struct EdgeArgs {
+    /// Connect here instead of the hostname's addresses (IP:PORT).
+    #[arg(long)]
+    address: Option<SocketAddr>,
+    #[arg(long, default_value_t = 443)]
+    port: u16,
+    /// Trusted roots, a PEM bundle [default: Mozilla's roots].
+    #[arg(long)]
+    roots: Option<std::path::PathBuf>,
+    /// Resolve the hostname through this nameserver, IP:PORT (repeatable)
+    /// [default: the system's resolver]; --address skips the lookup.
+    #[arg(
+        long = "nameserver",
+        env = "HOST_SIM_NAMESERVERS",
+        value_delimiter = ','
+    )]
+    nameservers: Vec<SocketAddr>,
+}
+
+impl EdgeArgs {
+    fn options(&self) -> TlsOptions {
+        TlsOptions {
+            address: self.address,
+            port: self.port,
+            roots: self.roots.clone(),
+            ..TlsOptions::default()
+        }
+    }
+
+    /// [`options`](Self::options) for one hostname: with --nameserver and
+    /// no --address, the address that nameserver gives.
+    fn options_for(&self, hostname: &str) -> Result<TlsOptions, CliError> {
+        let mut options = self.options();
+        if options.address.is_none() && !self.nameservers.is_empty() {
+            let dns = DnsOptions {
+                nameservers: self.nameservers.clone(),
+                ..DnsOptions::default()
+            };
+            let name = host_sim::tracking::hostname::normalize(hostname)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            options.address = Some(
+                host_sim::tracking::dns::address(&dns, &name, self.port)
+                    .map_err(|e| CliError::Usage(format!("--nameserver: {e}")))?,
+            );
+        }
+        Ok(options)
+    }
 }
 
 #[derive(Subcommand)]
@@ -137,6 +217,16 @@ pub(crate) enum ExportFormat {
         /// Certificates at DIR/<hostname>/fullchain.pem and privkey.pem.
         #[arg(long, default_value = "/etc/ssl/tracking")]
         certificate_dir: String,
+        /// A proxy in front of nginx whose X-Forwarded-For is believed
+        /// (`set_real_ip_from`; an IP address, repeatable or comma-separated).
+        /// Without it the visitor is the connection's address.
+        #[arg(long = "trusted-proxy", value_delimiter = ',')]
+        trusted_proxies: Vec<std::net::IpAddr>,
+        /// Leave out the `default_server` that closes connections for other
+        /// hosts (only where your configuration already has one for this
+        /// listen that does the same).
+        #[arg(long)]
+        without_default_server: bool,
     },
     /// Kubernetes Ingress objects.
     Kubernetes {
@@ -224,7 +314,11 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
             print_json(&json!({ "hostname": stored.hostname, "step": stored.step, "dns": report }));
             return Ok(verify_exit(&report, &stored.hostname));
         }
-        TrackingCommand::Status { project, hostname } => {
+        TrackingCommand::Status {
+            project,
+            hostname,
+            edge,
+        } => {
             let domains = match (&project, &hostname) {
                 (Some(project), Some(hostname)) => vec![host.tracking_domain(project, hostname)?],
                 (_, None) => host.tracking_domains(project.as_deref())?,
@@ -256,15 +350,74 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
                 }
                 eprintln!("  TLS: {}", domain.step.tls_state());
             }
-            print_json(&json!(domains));
+            if domains.is_empty() {
+                eprintln!(
+                    "no tracking domains{}; add one with `host-sim tracking-domain add`",
+                    project
+                        .as_deref()
+                        .map(|p| format!(" of project {p}"))
+                        .unwrap_or_default()
+                );
+            }
+            let certificates = host.tracking_certificates(project.as_deref(), &|hostname| {
+                edge.options_for(hostname)
+                    .map(|options| TlsOptions {
+                        attempt_timeout: Duration::from_secs(3),
+                        ..options
+                    })
+                    .map_err(|e| e.to_string())
+            })?;
+            let certificates: Vec<_> = certificates
+                .into_iter()
+                .filter(|c| domains.iter().any(|d| d.hostname == c.hostname))
+                .collect();
+            for certificate in &certificates {
+                eprintln!("{}", certificate_line(certificate));
+            }
+            let shown: Vec<_> = domains
+                .iter()
+                .map(|domain| {
+                    let mut value = json!(domain);
+                    if let Some(c) = certificates.iter().find(|c| c.hostname == domain.hostname) {
+                        value["certificate"] = json!(c);
+                    }
+                    value
+                })
+                .collect();
+            print_json(&json!(shown));
+        }
+        TrackingCommand::Check { edge, warn_days } => {
+            let certificates = host.tracking_certificates(None, &|hostname| {
+                edge.options_for(hostname).map_err(|e| e.to_string())
+            })?;
+            let mut warned = false;
+            for certificate in &certificates {
+                let line = certificate_line(certificate);
+                match certificate.days_left {
+                    Some(days) if days >= warn_days as i64 => eprintln!("✓ {}", line.trim()),
+                    _ => {
+                        warned = true;
+                        eprintln!("✗ {} (warning: fewer than {warn_days} days)", line.trim());
+                    }
+                }
+            }
+            if certificates.is_empty() {
+                eprintln!("no routed tracking domains: nothing to check");
+            }
+            print_json(&json!({ "warn_days": warn_days, "certificates": certificates }));
+            if warned {
+                return Ok(ExitCode::from(exit::CERTIFICATE_WARNING));
+            }
         }
         TrackingCommand::Plan => {
             let plan = host.tracking_plan()?;
             print!("{}", plan.render());
-            eprintln!(
-                "apply exactly this with `host-sim tracking-domain apply --yes --plan {}`",
-                plan.id
-            );
+            if !plan.changes.is_empty() {
+                eprintln!(
+                    "apply exactly this with `host-sim tracking-domain apply --yes --plan {}`",
+                    plan.id
+                );
+            }
         }
         TrackingCommand::Apply { yes, plan } => {
             let applied = host.apply_tracking_plan(yes, plan.as_deref())?;
@@ -279,30 +432,30 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
             domain,
             timeout,
             interval,
-            address,
-            port,
-            roots,
+            edge,
             min_validity_days,
         } => {
             let options = TlsOptions {
-                address,
-                port,
-                roots,
                 min_validity: Duration::from_secs(min_validity_days * 86400),
                 attempt_timeout: interval.clamp(Duration::from_secs(1), Duration::from_secs(10)),
+                ..edge.options_for(&domain.hostname)?
             };
-            eprintln!(
-                "… waiting up to {}s for a valid certificate on {}",
-                timeout.as_secs(),
-                domain.hostname
-            );
             let attempts = host.wait_tls(
                 &domain.project,
                 &domain.hostname,
                 &options,
                 timeout,
                 interval,
-                &mut |attempt, reason| eprintln!("… attempt {attempt}: {reason}"),
+                &mut |attempt, reason| {
+                    if attempt == 1 {
+                        eprintln!(
+                            "… waiting up to {}s for a valid certificate on {}",
+                            timeout.as_secs(),
+                            domain.hostname
+                        );
+                    }
+                    eprintln!("… attempt {attempt}: {reason}")
+                },
             )?;
             eprintln!(
                 "✓ {} serves a valid certificate (attempt {attempts}); next: tracking-domain activate",
@@ -312,8 +465,12 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
                 &json!({ "hostname": domain.hostname, "tls": "valid", "attempts": attempts }),
             );
         }
-        TrackingCommand::Activate(DomainArgs { project, hostname }) => {
-            let origin = host.activate_tracking_domain(&project, &hostname)?;
+        TrackingCommand::Activate {
+            domain: DomainArgs { project, hostname },
+            edge,
+        } => {
+            let origin =
+                host.activate_tracking_domain(&project, &hostname, &edge.options_for(&hostname)?)?;
             eprintln!(
                 "✓ {project}'s tracking script now loads from {origin} (new runtime generation); the dashboard stays on the provider"
             );
@@ -327,11 +484,15 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
                 ExportFormat::Nginx {
                     listen,
                     certificate_dir,
+                    trusted_proxies,
+                    without_default_server,
                 } => ingress::nginx(
                     &routes,
                     &ingress::NginxOptions {
                         listen,
                         certificate_dir,
+                        trusted_proxies,
+                        default_server: !without_default_server,
                     },
                 ),
                 ExportFormat::Kubernetes {
@@ -349,8 +510,17 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
             };
             print!("{text}");
         }
-        TrackingCommand::Remove(DomainArgs { project, hostname }) => {
-            let removed = host.remove_tracking_domain(&project, &hostname, &mut |step| {
+        TrackingCommand::Remove {
+            domain: DomainArgs { project, hostname },
+            edge,
+            removed_from_edge,
+        } => {
+            let edge = if removed_from_edge {
+                EdgeRemoval::RemovedElsewhere
+            } else {
+                EdgeRemoval::Check(edge.options_for(&hostname)?)
+            };
+            let removed = host.remove_tracking_domain(&project, &hostname, &edge, &mut |step| {
                 eprintln!("… {hostname}: {step}")
             })?;
             if removed {
@@ -384,6 +554,34 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("the duration must be positive".into());
     }
     Ok(duration)
+}
+
+fn certificate_line(certificate: &host_sim::CertificateState) -> String {
+    match (
+        certificate.expires_at,
+        certificate.days_left,
+        &certificate.error,
+    ) {
+        (Some(at), Some(days), _) => format!(
+            "  certificate of {}: expires {} ({days} days left)",
+            certificate.hostname,
+            expiry_date(at)
+        ),
+        (_, _, Some(error)) => format!(
+            "  certificate of {}: cannot be checked: {error}",
+            certificate.hostname
+        ),
+        _ => format!("  certificate of {}: unknown", certificate.hostname),
+    }
+}
+
+/// `2026-12-24 10:00 UTC`.
+fn expiry_date(unix: u64) -> String {
+    let format = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute] UTC");
+    time::OffsetDateTime::from_unix_timestamp(unix as i64)
+        .ok()
+        .and_then(|t| t.format(&format).ok())
+        .unwrap_or_else(|| format!("at {unix} s after the epoch"))
 }
 
 fn record_line(record: &RecordCheck) -> String {

@@ -17,7 +17,7 @@ pub(crate) use invoke::new_request_id;
 pub use invoke::{Caller, Invocation, InvokeRequest};
 pub use operator::{InvalidInput, IssuedToken};
 pub use queries::{MAX_SESSION_TTL, PanelSession};
-pub use tracking::{TrackingError, TrackingRecords};
+pub use tracking::{CertificateState, EdgeRemoval, TrackingError, TrackingRecords};
 
 use crate::capabilities::http::client;
 use crate::limits::SandboxLimits;

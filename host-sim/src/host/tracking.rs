@@ -8,6 +8,7 @@ use super::{Host, HostError};
 use crate::state::{StateError, Step, TrackingDomain, TrackingRoute, TrackingSettings};
 use crate::tracking::challenge::{KEY_LEN, challenge_name, challenge_value};
 use crate::tracking::dns::{self, DnsOptions, DnsReport, ResolverError};
+use crate::tracking::edge::{self, Probe};
 use crate::tracking::hostname::{self, HostnameError};
 use crate::tracking::ingress::Plan;
 use crate::tracking::tls::{self, TlsCheck, TlsOptions, TlsSetupError, TlsTimeout};
@@ -33,10 +34,44 @@ pub enum TrackingError {
     NoProvider { project: String, hostname: String },
     #[error("apply needs --yes (review the routing with `tracking-domain plan` first)")]
     NotConfirmed,
+    #[error(
+        "--plan `{0}` is not a plan id (16 hexadecimal digits, the last line of `tracking-domain plan`)"
+    )]
+    MalformedPlanId(String),
     #[error(transparent)]
     TlsSetup(#[from] TlsSetupError),
     #[error(transparent)]
     TlsTimeout(#[from] TlsTimeout),
+    #[error(
+        "{hostname} is not activated: the edge does not serve the provider's tracker there ({reason}); fix the edge (`tracking-domain export nginx`, reload), then run activate again"
+    )]
+    NotServed { hostname: String, reason: String },
+    #[error(
+        "{hostname} is no longer routed here, but the edge still serves it ({reason}); re-export (`tracking-domain export nginx`) and reload the edge, then run remove again, or pass --removed-from-edge if you removed it from the edge yourself"
+    )]
+    StillServed { hostname: String, reason: String },
+}
+
+/// The certificate a routed tracking hostname serves, as last looked at.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CertificateState {
+    pub hostname: String,
+    pub project_id: String,
+    /// The leaf's `notAfter`, seconds since the Unix epoch.
+    pub expires_at: Option<u64>,
+    /// Whole days until then (negative: expired).
+    pub days_left: Option<i64>,
+    /// Why the certificate could not be checked.
+    pub error: Option<String>,
+}
+
+/// How `remove` makes sure the edge stopped serving the hostname.
+#[derive(Debug, Clone)]
+pub enum EdgeRemoval {
+    /// Check it through the edge (like `activate`'s check, the same options).
+    Check(TlsOptions),
+    /// The operator confirms the edge no longer serves the hostname.
+    RemovedElsewhere,
 }
 
 /// What `add` hands the operator: the domain and the two records to create.
@@ -200,13 +235,17 @@ impl Host {
     }
 
     /// `remove`: undoes the domain's steps in reverse order, one commit
-    /// each (the routing, then the domain), so a process killed in between
-    /// resumes where it stopped when run again. `undone` hears each step.
-    /// Answers whether there was a domain.
+    /// each (the activation, the routing, then the domain), so a process
+    /// killed in between resumes where it stopped when run again. Before
+    /// the domain is forgotten the edge must no longer serve it (`edge`:
+    /// checked, or confirmed by the operator); until then it stays at
+    /// `verified`, unrouted. `undone` hears each step. Answers whether
+    /// there was a domain.
     pub fn remove_tracking_domain(
         &self,
         project: &str,
         hostname: &str,
+        edge: &EdgeRemoval,
         undone: &mut dyn FnMut(&str),
     ) -> Result<bool, HostError> {
         check_project(project)?;
@@ -224,13 +263,41 @@ impl Host {
             undone("activation undone: tracking_origin cleared");
             step = Step::TlsReady;
         }
+        let origin = self.provider_origin(project)?;
         if matches!(step, Step::Routed | Step::TlsReady) {
             self.state.unroute_tracking_domain(project, &hostname)?;
             undone("routing removed");
+            step = Step::Verified;
+        }
+        // A verified name leads to the edge: it must have stopped serving it.
+        if step == Step::Verified {
+            match edge {
+                EdgeRemoval::RemovedElsewhere => {
+                    undone("edge: removal confirmed by the operator");
+                }
+                EdgeRemoval::Check(options) => {
+                    if let Some(reason) = edge::still_served(&hostname, origin.as_deref(), options)
+                        .map_err(TrackingError::from)?
+                    {
+                        return Err(TrackingError::StillServed { hostname, reason }.into());
+                    }
+                    undone("edge: no longer serves it");
+                }
+            }
         }
         let removed = self.state.delete_tracking_domain(project, &hostname)?;
         undone("domain forgotten");
         Ok(removed)
+    }
+
+    /// The origin of `project`'s `provider` binding, if it has one.
+    fn provider_origin(&self, project: &str) -> Result<Option<String>, HostError> {
+        Ok(self
+            .state
+            .bindings(None)?
+            .into_iter()
+            .find(|b| b.project_id == project && b.name == "provider")
+            .map(|b| b.origin.trim_end_matches('/').to_string()))
     }
 
     /// The routes the domains call for: every domain at `verified` or later
@@ -275,6 +342,11 @@ impl Host {
     ) -> Result<Plan, HostError> {
         if !confirmed {
             return Err(TrackingError::NotConfirmed.into());
+        }
+        if let Some(reviewed) = reviewed
+            && !(reviewed.len() == 16 && reviewed.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(TrackingError::MalformedPlanId(reviewed.escape_debug().to_string()).into());
         }
         let plan = self.tracking_plan()?;
         if let Some(reviewed) = reviewed
@@ -335,19 +407,87 @@ impl Host {
         Ok(attempts)
     }
 
-    /// `activate`: sets the project's public `tracking_origin` to
-    /// `https://<hostname>` (bumping its runtime generations) and moves the
-    /// domain from `tls-ready` to `active`, in one commit. Answers the origin.
+    /// `activate`: once the edge serves the provider's script and the
+    /// preflight at `https://<hostname>` (checked through `edge`, the
+    /// certificate against its roots), sets the project's public
+    /// `tracking_origin` to `https://<hostname>` (bumping its runtime
+    /// generations) and moves the domain from `tls-ready` to `active`, in
+    /// one commit. Answers the origin.
     pub fn activate_tracking_domain(
         &self,
         project: &str,
         hostname: &str,
+        edge: &TlsOptions,
     ) -> Result<String, HostError> {
         check_project(project)?;
         let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
+        let domain = self.state.project_tracking_domain(project, &hostname)?;
+        // Out of order, the state's refusal below names the step to run.
+        let route = self
+            .state
+            .tracking_routes()?
+            .iter()
+            .find(|r| r.hostname == hostname)
+            .cloned();
+        if domain.step == Step::TlsReady {
+            let Some(route) = route else {
+                return Err(TrackingError::NotServed {
+                    hostname,
+                    reason: "it is not in the applied routing".into(),
+                }
+                .into());
+            };
+            if let Probe::NotServed(reason) =
+                edge::probe(&hostname, &route.provider_origin, edge).map_err(TrackingError::from)?
+            {
+                return Err(TrackingError::NotServed { hostname, reason }.into());
+            }
+        }
         let origin = format!("https://{hostname}");
         self.state
             .activate_tracking_domain(project, &hostname, &origin)?;
         Ok(origin)
+    }
+
+    /// The certificate each tracking domain at `routed` or later serves
+    /// (one handshake each through the edge `edge` names for the hostname,
+    /// verified against its roots without the expiry margin): when it
+    /// expires, or why it cannot be checked. For `status` and
+    /// `tracking-domain check`.
+    pub fn tracking_certificates(
+        &self,
+        project: Option<&str>,
+        edge: &dyn Fn(&str) -> Result<TlsOptions, String>,
+    ) -> Result<Vec<CertificateState>, HostError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut states = Vec::new();
+        for domain in self.state.tracking_domains(project)? {
+            if domain.step < Step::Routed {
+                continue;
+            }
+            let expiry = edge(&domain.hostname).and_then(|options| {
+                let options = TlsOptions {
+                    min_validity: std::time::Duration::ZERO,
+                    ..options
+                };
+                TlsCheck::new(&domain.hostname, &options)
+                    .map_err(|e| e.to_string())?
+                    .expiry()
+            });
+            let (expires_at, error) = match expiry {
+                Ok(at) => (Some(at), None),
+                Err(reason) => (None, Some(reason)),
+            };
+            states.push(CertificateState {
+                hostname: domain.hostname,
+                project_id: domain.project_id,
+                expires_at,
+                days_left: expires_at.map(|at| (at as i64 - now as i64).div_euclid(86400)),
+                error,
+            });
+        }
+        Ok(states)
     }
 }

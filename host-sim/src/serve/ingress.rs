@@ -1,12 +1,16 @@
-//! The tracking-domain ingress of `serve`: a request whose `Host` is an
-//! applied tracking hostname never reaches the other surfaces. If it is one
-//! of the exposed requests (`tracking::ingress::exposes`, matched exactly
-//! on the raw path) it is forwarded to the route's provider origin with the
-//! visitor's User-Agent and address (`X-Forwarded-For`) and nothing that
-//! authenticates (no provider secret, no cookie, no `Authorization`);
-//! anything else is 404 without a request to the provider.
+//! The tracking-domain ingress of `serve`: a request whose `Host` names an
+//! applied tracking hostname (in any spelling) never reaches the other
+//! surfaces. Only the exact `Host` (`tracking::ingress::host_matches`, the
+//! rule the nginx export applies) with one of the exposed requests
+//! (`tracking::ingress::exposes`, matched exactly on the raw path) is
+//! forwarded to the route's provider origin, with only the allowlisted
+//! request headers (`FORWARDED_REQUEST_HEADERS`) and the visitor's address
+//! as the sole `X-Forwarded-For` (`visitor_address`: the connection's,
+//! unless it is a trusted proxy); nothing that authenticates (no provider
+//! secret, no cookie, no `Authorization`). Anything else is 404 without a
+//! request to the provider.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
@@ -18,22 +22,10 @@ use axum::response::{IntoResponse, Response};
 use super::{Shared, error_response, new_request_id};
 use crate::state::TrackingRoute;
 use crate::tracking::hostname::host_of;
-use crate::tracking::ingress::exposes;
+use crate::tracking::ingress::{FORWARDED_REQUEST_HEADERS, exposes, host_matches, visitor_address};
 
 /// The largest body forwarded to `/api/send` (a page view is well under 4 KiB).
 const MAX_BODY: usize = 64 * 1024;
-
-/// Request headers passed on to the provider, besides `X-Forwarded-For`.
-const FORWARDED_REQUEST: &[HeaderName] = &[
-    header::USER_AGENT,
-    header::CONTENT_TYPE,
-    header::ACCEPT,
-    header::ACCEPT_LANGUAGE,
-    header::ORIGIN,
-    header::REFERER,
-    header::ACCESS_CONTROL_REQUEST_METHOD,
-    header::ACCESS_CONTROL_REQUEST_HEADERS,
-];
 
 /// Response headers passed back to the visitor.
 const FORWARDED_RESPONSE: &[HeaderName] = &[
@@ -61,9 +53,20 @@ pub(crate) fn client() -> Option<reqwest::Client> {
 
 /// The middleware in front of every surface.
 pub(crate) async fn route(State(shared): State<Shared>, request: Request, next: Next) -> Response {
-    let Some(route) = tracking_route(&shared, request.headers()) else {
+    let Some((route, exact)) = tracking_route(&shared, request.headers()) else {
         return next.run(request).await;
     };
+    if !exact {
+        return error_response(
+            StatusCode::MISDIRECTED_REQUEST,
+            "misdirected",
+            &format!(
+                "a tracking domain answers only to `Host: {}` exactly",
+                route.hostname
+            ),
+            &new_request_id(),
+        );
+    }
     let raw_path = request.uri().path().to_string();
     if !exposes(request.method().as_str(), &raw_path) {
         return not_exposed();
@@ -76,11 +79,14 @@ pub(crate) async fn route(State(shared): State<Shared>, request: Request, next: 
             &new_request_id(),
         );
     };
-    forward(client, &route, request).await
+    forward(client, &route, &shared.options.trusted_proxies, request).await
 }
 
-fn tracking_route(shared: &Shared, headers: &HeaderMap) -> Option<TrackingRoute> {
-    let host = host_of(headers.get(header::HOST)?.to_str().ok()?);
+/// The route whose hostname the `Host` names in any spelling (case, final
+/// dot, port), and whether it is the exact one.
+fn tracking_route(shared: &Shared, headers: &HeaderMap) -> Option<(TrackingRoute, bool)> {
+    let raw = headers.get(header::HOST)?.to_str().ok()?;
+    let host = host_of(raw);
     let routes = match shared.host.tracking_routes() {
         Ok(routes) => routes,
         Err(e) => {
@@ -88,7 +94,10 @@ fn tracking_route(shared: &Shared, headers: &HeaderMap) -> Option<TrackingRoute>
             return None;
         }
     };
-    routes.iter().find(|r| r.hostname == host).cloned()
+    routes
+        .iter()
+        .find(|r| r.hostname == host)
+        .map(|r| (r.clone(), host_matches(raw, &r.hostname)))
 }
 
 fn not_exposed() -> Response {
@@ -100,11 +109,16 @@ fn not_exposed() -> Response {
     )
 }
 
-async fn forward(client: &reqwest::Client, route: &TrackingRoute, request: Request) -> Response {
-    let visitor = request
+async fn forward(
+    client: &reqwest::Client,
+    route: &TrackingRoute,
+    trusted: &[IpAddr],
+    request: Request,
+) -> Response {
+    let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(address)| address.ip().to_string());
+        .map(|ConnectInfo(address)| address.ip());
     let (parts, body) = request.into_parts();
     let Ok(body) = to_bytes(body, MAX_BODY).await else {
         return error_response(
@@ -121,25 +135,20 @@ async fn forward(client: &reqwest::Client, route: &TrackingRoute, request: Reque
         .unwrap_or_default();
     let url = format!("{}{}{query}", route.provider_origin, parts.uri.path());
     let mut outgoing = client.request(parts.method.clone(), &url);
-    for name in FORWARDED_REQUEST {
-        for value in parts.headers.get_all(name) {
-            outgoing = outgoing.header(name, value);
+    for name in FORWARDED_REQUEST_HEADERS {
+        for value in parts.headers.get_all(*name) {
+            outgoing = outgoing.header(*name, value);
         }
     }
-    let earlier = parts
-        .headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let forwarded_for = match (earlier.is_empty(), visitor) {
-        (false, Some(visitor)) => format!("{earlier}, {visitor}"),
-        (true, Some(visitor)) => visitor,
-        (_, None) => earlier,
-    };
-    if !forwarded_for.is_empty() {
-        outgoing = outgoing.header("x-forwarded-for", forwarded_for);
+    if let Some(peer) = peer {
+        let received: Vec<&str> = parts
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let visitor = visitor_address(peer, &received, trusted);
+        outgoing = outgoing.header("x-forwarded-for", visitor.to_string());
     }
     if parts.method != axum::http::Method::GET {
         outgoing = outgoing.body(body);

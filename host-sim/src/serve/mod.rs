@@ -44,6 +44,10 @@ pub struct ServeOptions {
     pub panel_session_ttl: Duration,
     /// Lifetime of a console sign-in (the cookie), capped by the token's own.
     pub console_session_ttl: Duration,
+    /// Proxies in front of `serve` whose `X-Forwarded-For` the tracking
+    /// ingress believes (see `tracking::ingress::visitor_address`); none:
+    /// the visitor is the connection's address.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Default for ServeOptions {
@@ -51,6 +55,7 @@ impl Default for ServeOptions {
         Self {
             panel_session_ttl: Duration::from_secs(600),
             console_session_ttl: Duration::from_secs(8 * 3600),
+            trusted_proxies: Vec::new(),
         }
     }
 }

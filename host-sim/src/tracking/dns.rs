@@ -145,6 +145,25 @@ pub fn check(
     })
 }
 
+/// The first address `hostname` resolves to through `options`' nameservers
+/// (CNAMEs followed), with `port`: where `wait-tls`, `activate` and
+/// `remove` connect when the operator names nameservers.
+pub fn address(options: &DnsOptions, hostname: &str, port: u16) -> Result<SocketAddr, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let resolver = resolver(options).map_err(|e| e.to_string())?;
+    let found = runtime
+        .block_on(resolver.lookup_ip(fqdn(hostname)))
+        .map_err(|e| format!("cannot resolve {hostname}: {e}"))?;
+    found
+        .iter()
+        .next()
+        .map(|ip| SocketAddr::new(ip, port))
+        .ok_or_else(|| format!("{hostname} has no address"))
+}
+
 fn resolver(options: &DnsOptions) -> Result<TokioResolver, ResolverError> {
     let mut resolver_options = ResolverOpts::default();
     resolver_options.timeout = options.timeout;
@@ -254,6 +273,26 @@ async fn check_txt(resolver: &TokioResolver, name: &str, expected: &str) -> Reco
     }
 }
 
+/// No CNAME at `name`: an address record there is what blocks it (a
+/// name with an A or AAAA record cannot also hold a CNAME).
+async fn address_instead(resolver: &TokioResolver, name: &str, target: &str) -> RecordState {
+    let mut found = Vec::new();
+    for record_type in [RecordType::A, RecordType::AAAA] {
+        if let Ok(Some(data)) = answers(resolver, name, record_type).await {
+            found.extend(data.iter().map(|d| format!("{record_type} {d}")));
+        }
+    }
+    if found.is_empty() {
+        return RecordState::Missing;
+    }
+    RecordState::WrongValue {
+        found,
+        note: format!(
+            "an address record sits where the CNAME to {target} belongs; replace it with the CNAME"
+        ),
+    }
+}
+
 async fn check_cname(resolver: &TokioResolver, hostname: &str, target: &str) -> RecordState {
     let target = normal_name(target);
     let mut chain: Vec<String> = Vec::new();
@@ -273,7 +312,7 @@ async fn check_cname(resolver: &TokioResolver, hostname: &str, target: &str) -> 
                 chain.push(next.clone());
                 name = next;
             }
-            None if chain.is_empty() => return RecordState::Missing,
+            None if chain.is_empty() => return address_instead(resolver, &name, &target).await,
             None => {
                 return RecordState::WrongValue {
                     found: chain,

@@ -30,7 +30,23 @@ pub enum HostnameError {
         "hostname `{hostname}` is a public suffix; nobody can prove ownership of it, use a name under a domain you own"
     )]
     PublicSuffix { hostname: String },
+    #[error(
+        "hostname `{hostname}` is under `.{tld}`, a special-use name that never resolves on the public internet; use a name under a domain you own"
+    )]
+    SpecialUse { hostname: String, tld: String },
 }
+
+/// Top-level names reserved for special uses (RFC 6761, 6762, 7686,
+/// 9476, ICANN's `.internal`): a visitor's browser can never reach them.
+const SPECIAL_USE: &[&str] = &[
+    "localhost",
+    "invalid",
+    "local",
+    "onion",
+    "alt",
+    "internal",
+    "arpa",
+];
 
 /// The longest DNS name in its text form, without the final dot.
 const MAX_NAME: usize = 253;
@@ -92,6 +108,16 @@ pub fn normalize(input: &str) -> Result<String, HostnameError> {
         .is_some_and(|top| top.bytes().all(|b| b.is_ascii_digit()))
     {
         return Err(HostnameError::Ip { hostname: shown });
+    }
+    if let Some(tld) = labels
+        .last()
+        .copied()
+        .filter(|top| SPECIAL_USE.contains(top))
+    {
+        return Err(HostnameError::SpecialUse {
+            tld: tld.to_string(),
+            hostname: ascii,
+        });
     }
     if psl::suffix_str(&ascii) == Some(ascii.as_str()) {
         return Err(HostnameError::PublicSuffix { hostname: ascii });
@@ -187,6 +213,24 @@ mod tests {
                 normalize(broken)
             );
         }
+    }
+
+    #[test]
+    fn special_use_names_are_refused() {
+        for name in [
+            "track.a.localhost",
+            "t.shop.local",
+            "t.x.invalid",
+            "t.x.onion",
+        ] {
+            assert!(
+                matches!(normalize(name), Err(HostnameError::SpecialUse { .. })),
+                "{name}: {:?}",
+                normalize(name)
+            );
+        }
+        let message = normalize("track.a.localhost").unwrap_err().to_string();
+        assert!(message.contains("`.localhost`"), "{message}");
     }
 
     #[test]

@@ -3,7 +3,12 @@
 //! preflight `OPTIONS /api/send`, nothing else of the provider), the plan
 //! (a diff of the desired routes against the applied ones) and the same
 //! routing exported for a real edge (an nginx server block, a Kubernetes
-//! Ingress). `serve` applies the very same rule ([`exposes`]).
+//! Ingress). `serve` applies the very same rules: [`exposes`] (which
+//! requests), [`FORWARDED_REQUEST_HEADERS`] (which request headers reach the
+//! provider), [`visitor_address`] (the one `X-Forwarded-For` it sees) and
+//! [`host_matches`] (which `Host` is the tracking hostname).
+
+use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
@@ -22,6 +27,65 @@ pub const EXPOSED: &[(&str, &str)] = &[
 /// `raw_path` is the path as the client sent it, without the query.
 pub fn exposes(method: &str, raw_path: &str) -> bool {
     EXPOSED.iter().any(|(m, p)| *m == method && *p == raw_path)
+}
+
+/// The request headers a tracking hostname passes on to the provider (lower
+/// case), and nothing else: what the tracker's two requests carry
+/// (`Content-Type`, Umami's `x-umami-cache` session token), what the
+/// provider counts (`User-Agent`, `Accept-Language`), CORS (`Origin`, the
+/// preflight's request headers) and the script's revalidation. No cookie,
+/// no `Authorization`, no `x-umami-api-key`, no method or URL override and
+/// no client-sent address (`X-Forwarded-For`, `True-Client-IP`,
+/// `CF-Connecting-IP`, `X-Real-IP`, `X-Client-IP`, `Forwarded`).
+pub const FORWARDED_REQUEST_HEADERS: &[&str] = &[
+    "user-agent",
+    "accept-language",
+    "content-type",
+    "origin",
+    "access-control-request-method",
+    "access-control-request-headers",
+    "x-umami-cache",
+    "if-none-match",
+    "if-modified-since",
+];
+
+/// The visitor's address as the provider sees it (the only entry of the
+/// `X-Forwarded-For` the edge sets, replacing any the client sent): the
+/// connection's `peer`, unless the peer is one of the operator's
+/// `trusted` proxies; then, walking the received `X-Forwarded-For` from
+/// the right, the first address that is not a trusted proxy (nginx's
+/// `real_ip_header X-Forwarded-For` with `real_ip_recursive on`).
+pub fn visitor_address(peer: IpAddr, forwarded_for: &[&str], trusted: &[IpAddr]) -> IpAddr {
+    let mut address = peer;
+    let entries = forwarded_for
+        .iter()
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .collect::<Vec<_>>();
+    for entry in entries.iter().rev() {
+        if !trusted.contains(&address) {
+            break;
+        }
+        match entry.parse::<IpAddr>() {
+            Ok(next) => address = next,
+            Err(_) => break,
+        }
+    }
+    address
+}
+
+/// Whether a request's raw `Host` header names `hostname` (a normalised
+/// tracking hostname): exactly the hostname, or it with the default port
+/// `:443`. No case folding, no final dot, no other port: a browser sends
+/// exactly this, and anything else is closed by the edge (nginx `return
+/// 444`) and refused by `serve`.
+pub fn host_matches(host_header: &str, hostname: &str) -> bool {
+    host_header.strip_suffix(":443").unwrap_or(host_header) == hostname
+}
+
+/// [`host_matches`] as the nginx regular expression on `$http_host`.
+fn host_pattern(hostname: &str) -> String {
+    format!("^{}(:443)?$", hostname.replace('.', "\\."))
 }
 
 /// One change of a plan.
@@ -134,6 +198,13 @@ pub struct NginxOptions {
     /// With `ssl` in `listen`: `<dir>/<hostname>/fullchain.pem` and
     /// `privkey.pem` (certificates are operator-managed).
     pub certificate_dir: String,
+    /// Proxies in front of nginx whose `X-Forwarded-For` is believed
+    /// (`set_real_ip_from`); none: the visitor is the connection's address.
+    pub trusted_proxies: Vec<IpAddr>,
+    /// Also export the `default_server` that closes connections for every
+    /// other host on `listen` (leave it out only where the configuration
+    /// already has a default server for that listen doing the same).
+    pub default_server: bool,
 }
 
 impl Default for NginxOptions {
@@ -141,19 +212,53 @@ impl Default for NginxOptions {
         Self {
             listen: "443 ssl".into(),
             certificate_dir: "/etc/ssl/tracking".into(),
+            trusted_proxies: Vec::new(),
+            default_server: true,
         }
     }
 }
 
-/// An nginx server block per route. Exactness at the edge: `location =`
-/// matches the normalised path, so each location also requires the raw
-/// request URI to be the path itself (no `%73`-style variant, no `..`),
-/// `merge_slashes off` keeps `//script.js` apart, and other methods are 404.
+/// `user-agent` → `User-Agent`.
+fn header_case(name: &str) -> String {
+    name.split('-')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// An nginx server block per route, behind a `default_server` that closes
+/// the connection (`return 444`, and no TLS handshake for unknown names)
+/// for any other host, so an empty routing still listens and answers
+/// nobody. Exactness at the edge: the raw `Host` must be the hostname
+/// ([`host_matches`]); `location =` matches the normalised path, so each
+/// location also requires the raw request URI to be the path itself (no
+/// `%73`-style variant, no `..`), `merge_slashes off` keeps `//script.js`
+/// apart, and other methods are 404. Only [`FORWARDED_REQUEST_HEADERS`]
+/// reach the provider, with `X-Forwarded-For` set to the visitor's address
+/// ([`visitor_address`]: `$remote_addr`, after `real_ip` when proxies are
+/// trusted).
 pub fn nginx(routes: &[TrackingRoute], options: &NginxOptions) -> String {
+    let ssl = options.listen.split_whitespace().any(|word| word == "ssl");
     let mut out = String::from(
         "# Tracking domains, generated by `host-sim tracking-domain export nginx`\n\
          # from the applied routing: review, then include in the http block.\n",
     );
+    if options.default_server {
+        out.push_str(&format!(
+            "\n# Any other host on this listen: the connection is closed unanswered.\n\
+             server {{\n    listen {} default_server;\n",
+            options.listen
+        ));
+        if ssl {
+            out.push_str("    ssl_reject_handshake on;\n");
+        }
+        out.push_str("    return 444;\n}\n");
+    }
     for route in routes {
         let host = &route.hostname;
         let origin = route.provider_origin.trim_end_matches('/');
@@ -162,13 +267,22 @@ pub fn nginx(routes: &[TrackingRoute], options: &NginxOptions) -> String {
             "\n# {host} (project {}) → {origin}\nserver {{\n    listen {};\n    server_name {host};\n",
             route.project_id, options.listen
         ));
-        if options.listen.split_whitespace().any(|word| word == "ssl") {
+        if ssl {
             out.push_str(&format!(
                 "    ssl_certificate {dir}/{host}/fullchain.pem;\n    ssl_certificate_key {dir}/{host}/privkey.pem;\n",
                 dir = options.certificate_dir.trim_end_matches('/')
             ));
         }
-        out.push_str("    merge_slashes off;\n");
+        out.push_str(&format!(
+            "    if ($http_host !~ \"{}\") {{ return 444; }}\n    merge_slashes off;\n",
+            host_pattern(host)
+        ));
+        if !options.trusted_proxies.is_empty() {
+            for proxy in &options.trusted_proxies {
+                out.push_str(&format!("    set_real_ip_from {proxy};\n"));
+            }
+            out.push_str("    real_ip_header X-Forwarded-For;\n    real_ip_recursive on;\n");
+        }
         let mut paths: Vec<&str> = EXPOSED.iter().map(|(_, p)| *p).collect();
         paths.dedup();
         for path in paths {
@@ -183,14 +297,19 @@ pub fn nginx(routes: &[TrackingRoute], options: &NginxOptions) -> String {
                  if ($request_uri !~ \"^{escaped}(\\?.*)?$\") {{ return 404; }}\n        \
                  if ($request_method !~ \"^({})$\") {{ return 404; }}\n        \
                  proxy_pass {origin};\n        \
+                 proxy_pass_request_headers off;\n        \
                  proxy_set_header Host {provider_host};\n        \
-                 proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n        \
-                 proxy_set_header User-Agent $http_user_agent;\n        \
-                 proxy_set_header Authorization \"\";\n        \
-                 proxy_set_header Cookie \"\";\n        \
-                 proxy_redirect off;\n",
+                 proxy_set_header X-Forwarded-For $remote_addr;\n",
                 methods.join("|")
             ));
+            for name in FORWARDED_REQUEST_HEADERS {
+                out.push_str(&format!(
+                    "        proxy_set_header {} $http_{};\n",
+                    header_case(name),
+                    name.replace('-', "_")
+                ));
+            }
+            out.push_str("        proxy_hide_header Set-Cookie;\n        proxy_redirect off;\n");
             if origin.starts_with("https://") {
                 out.push_str("        proxy_ssl_server_name on;\n");
             }
@@ -217,7 +336,10 @@ pub fn kubernetes(routes: &[TrackingRoute], options: &KubernetesOptions) -> Stri
     let mut out = String::from(
         "# Tracking domains, generated by `host-sim tracking-domain export kubernetes`\n\
          # from the applied routing. Paths are Exact; an Ingress cannot restrict\n\
-         # methods, so only GET /script.js and POST|OPTIONS /api/send are meant.\n",
+         # methods, so only GET /script.js and POST|OPTIONS /api/send are meant.\n\
+         # Nor can it express the edge's request-header allowlist, the visitor\n\
+         # address rule (X-Forwarded-For set, never appended) or exact Host\n\
+         # matching: configure the ingress controller to do the same.\n",
     );
     for route in routes {
         let name = format!("tracking-{}", route.hostname.replace('.', "-"));
@@ -274,6 +396,47 @@ mod tests {
     }
 
     #[test]
+    fn the_visitor_is_the_connection_unless_it_is_a_trusted_proxy() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let proxy = ip("10.0.0.7");
+        let forged = ["198.51.100.1, 203.0.113.9"];
+        assert_eq!(
+            visitor_address(ip("192.0.2.5"), &forged, &[]),
+            ip("192.0.2.5")
+        );
+        assert_eq!(
+            visitor_address(ip("192.0.2.5"), &forged, &[proxy]),
+            ip("192.0.2.5"),
+            "a client that is not the proxy is believed about nothing"
+        );
+        assert_eq!(
+            visitor_address(proxy, &forged, &[proxy]),
+            ip("203.0.113.9"),
+            "the proxy's own entry, not the client's forged first one"
+        );
+        assert_eq!(visitor_address(proxy, &["junk"], &[proxy]), proxy);
+        assert_eq!(visitor_address(proxy, &[], &[proxy]), proxy);
+    }
+
+    #[test]
+    fn the_host_must_be_the_hostname_exactly() {
+        let host = "track.shop.example";
+        assert!(host_matches(host, host));
+        assert!(host_matches("track.shop.example:443", host));
+        for variant in [
+            "TRACK.shop.example",
+            "track.shop.example.",
+            "track.shop.example:8443",
+            "track.shop.example.:443",
+            "localhost",
+            "x.track.shop.example",
+        ] {
+            assert!(!host_matches(variant, host), "{variant}");
+        }
+        assert_eq!(host_pattern(host), "^track\\.shop\\.example(:443)?$");
+    }
+
+    #[test]
     fn a_plan_is_the_diff_and_its_id_names_both_sides() {
         let a = route("a.shop.example", "p1", "https://umami.example");
         let b = route("b.shop.example", "p2", "https://umami.example");
@@ -303,6 +466,22 @@ mod tests {
             route("stats.bakery.example", "p2", "http://127.0.0.1:3300"),
         ];
         insta::assert_snapshot!("nginx", nginx(&routes, &NginxOptions::default()));
+        insta::assert_snapshot!(
+            "nginx_behind_a_proxy",
+            nginx(
+                &routes[..1],
+                &NginxOptions {
+                    listen: "127.0.0.1:8443".into(),
+                    trusted_proxies: vec![
+                        "10.0.0.7".parse().unwrap(),
+                        "2001:db8::7".parse().unwrap()
+                    ],
+                    default_server: false,
+                    ..NginxOptions::default()
+                }
+            )
+        );
+        insta::assert_snapshot!("nginx_empty", nginx(&[], &NginxOptions::default()));
         insta::assert_snapshot!(
             "kubernetes",
             kubernetes(

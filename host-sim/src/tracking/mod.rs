@@ -3,11 +3,13 @@
 //! the outside world. Which hostnames qualify ([`hostname`]), the
 //! project-bound TXT challenge ([`challenge`]), the DNS verification
 //! ([`dns`]) and the reviewed routing with its exports ([`ingress`]) and the TLS
-//! check of the served certificate ([`tls`]). The flow's steps are stored by `state::tracking`; the host
+//! check of the served certificate ([`tls`]) and of what the edge serves
+//! ([`edge`]). The flow's steps are stored by `state::tracking`; the host
 //! facade runs them in order.
 
 pub mod challenge;
 pub mod dns;
+pub mod edge;
 pub mod hostname;
 pub mod ingress;
 pub mod tls;

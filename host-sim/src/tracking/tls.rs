@@ -98,6 +98,18 @@ impl TlsCheck {
     /// is valid for the hostname and for `min_validity` more; otherwise the
     /// reason, in words.
     pub fn once(&self) -> Result<(), String> {
+        self.handshake().map(|_| ())
+    }
+
+    /// One handshake as [`once`](Self::once); answers when the served
+    /// certificate expires (its `notAfter`, seconds since the Unix epoch).
+    pub fn expiry(&self) -> Result<u64, String> {
+        let leaf = self.handshake()?;
+        not_after(&leaf).ok_or_else(|| "the certificate's validity cannot be read".into())
+    }
+
+    /// The handshake; answers the served leaf certificate.
+    fn handshake(&self) -> Result<CertificateDer<'static>, String> {
         let address = match self.options.address {
             Some(address) => address,
             None => (self.hostname.as_str(), self.options.port)
@@ -126,10 +138,29 @@ impl TlsCheck {
                 .complete_io(&mut tcp)
                 .map_err(|e| describe(&e, &self.options))?;
         }
+        let leaf = connection
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|leaf| leaf.clone().into_owned())
+            .ok_or_else(|| "the server sent no certificate".to_string())?;
         connection.send_close_notify();
         let _ = connection.complete_io(&mut tcp);
-        Ok(())
+        Ok(leaf)
     }
+}
+
+/// A certificate's `notAfter`, in seconds since the Unix epoch.
+fn not_after(der: &CertificateDer<'_>) -> Option<u64> {
+    use x509_cert::der::Decode;
+    let certificate = x509_cert::Certificate::from_der(der.as_ref()).ok()?;
+    Some(
+        certificate
+            .tbs_certificate
+            .validity
+            .not_after
+            .to_unix_duration()
+            .as_secs(),
+    )
 }
 
 /// Repeats [`TlsCheck::once`] every `interval` until it holds or `timeout`
@@ -160,6 +191,17 @@ pub fn wait(
         }
         std::thread::sleep(interval);
     }
+}
+
+/// A client configuration that verifies certificates as browsers do
+/// (webpki, against the roots of `options`), for the edge's HTTPS checks.
+pub(crate) fn client_config(options: &TlsOptions) -> Result<ClientConfig, TlsSetupError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsSetupError::Config(e.to_string()))?
+        .with_root_certificates(roots(options)?)
+        .with_no_client_auth())
 }
 
 fn roots(options: &TlsOptions) -> Result<RootCertStore, TlsSetupError> {
@@ -193,9 +235,25 @@ fn describe(error: &std::io::Error, options: &TlsOptions) -> String {
     };
     match tls {
         rustls::Error::InvalidCertificate(certificate) => match certificate {
-            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+            CertificateError::NotValidForName => {
                 "the certificate is not valid for this hostname".into()
             }
+            CertificateError::NotValidForNameContext { presented, .. } => format!(
+                "the certificate is not valid for this hostname; it covers {}",
+                if presented.is_empty() {
+                    "no DNS name".to_string()
+                } else {
+                    presented
+                        .iter()
+                        .map(|name| {
+                            name.strip_prefix("DnsName(\"")
+                                .and_then(|n| n.strip_suffix("\")"))
+                                .unwrap_or(name)
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
                 "the certificate has expired".into()
             }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod guest;
+pub mod nginx;
 pub mod tls;
 
 use std::collections::BTreeMap;
@@ -233,7 +234,11 @@ pub struct Seen {
 
 type Hook = Box<dyn Fn() + Send + Sync>;
 
+/// The tracker script the test provider serves at `/script.js`.
+pub const PROVIDER_SCRIPT: &[u8] = b"(function(){/* the provider's tracker */})();\n";
+
 /// An HTTP/1.1 server on 127.0.0.1 that plays a provider holding `secret`:
+/// `/script.js` and `/api/send` (+ its preflight) as Umami's tracker side,
 /// `/api/items/{id}` answers with credential headers, `/api/echo` and
 /// `/api/me` echo the caller's token (as Umami's `/api/me` does),
 /// `/api/slow` answers after 3 s, `/api/big` sends 2 MiB, and
@@ -343,6 +348,23 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, hook: &Mutex<Option<Hook>>,
             (200, b"{}".to_vec())
         }
         ("GET", "/api/big") => (200, vec![b'x'; 2 << 20]),
+        // The tracker side, as Umami serves it to visitors.
+        ("GET", "/script.js") => {
+            extra.clear();
+            (200, PROVIDER_SCRIPT.to_vec())
+        }
+        ("OPTIONS", "/api/send") => {
+            extra = vec![
+                ("Access-Control-Allow-Origin".into(), "*".into()),
+                ("Access-Control-Allow-Methods".into(), "POST, OPTIONS".into()),
+                ("Access-Control-Allow-Headers".into(), "content-type, x-umami-cache".into()),
+            ];
+            (204, Vec::new())
+        }
+        ("POST", "/api/send") => {
+            extra = vec![("Access-Control-Allow-Origin".into(), "*".into())];
+            (200, b"{\"cache\":\"c\"}".to_vec())
+        }
         ("POST", "/api/revoke-grant") => {
             if let Some(hook) = hook.lock().unwrap().as_ref() {
                 hook();

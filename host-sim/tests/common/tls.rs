@@ -1,6 +1,7 @@
 //! Certificates made in the tests (rcgen: a CA and leaves) and a TLS
 //! server on loopback whose certificate can be swapped while it runs.
 
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -58,6 +59,25 @@ impl Ca {
         ))
     }
 
+    /// A leaf for `name` valid for 90 days as PEM files for nginx:
+    /// `dir/name/fullchain.pem` (leaf and CA) and `dir/name/privkey.pem`.
+    pub fn leaf_files(&self, dir: &Path, name: &str) {
+        let now = OffsetDateTime::now_utc();
+        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.not_before = now - time::Duration::days(1);
+        params.not_after = now + time::Duration::days(90);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("fullchain.pem"),
+            format!("{}{}", cert.pem(), self.cert.pem()),
+        )
+        .unwrap();
+        std::fs::write(dir.join("privkey.pem"), key.serialize_pem()).unwrap();
+    }
+
     pub fn valid_leaf(&self, name: &str) -> Arc<CertifiedKey> {
         let now = OffsetDateTime::now_utc();
         self.leaf(
@@ -78,7 +98,10 @@ impl ResolvesServerCert for Current {
     }
 }
 
-/// A TLS server on 127.0.0.1 that completes handshakes and hangs up.
+/// A TLS server on 127.0.0.1 that completes handshakes and plays an edge
+/// that serves a tracking hostname: `GET /script.js` answers the test
+/// provider's script, `OPTIONS /api/send` allows any origin, anything else
+/// is 404 (a client that only handshakes, as `wait-tls`, just hangs up).
 pub fn tls_server(first: Arc<CertifiedKey>) -> (SocketAddr, Arc<Current>) {
     let current = Arc::new(Current(Mutex::new(first)));
     let config = Arc::new(
@@ -106,9 +129,43 @@ pub fn tls_server(first: Arc<CertifiedKey>) -> (SocketAddr, Arc<Current>) {
                         return;
                     }
                 }
-                let _ = connection.complete_io(&mut stream);
+                answer(&mut rustls::Stream::new(&mut connection, &mut stream));
             });
         }
     });
     (address, current)
 }
+
+/// Reads one HTTP/1.1 request head and answers it as the fake edge.
+fn answer(stream: &mut impl ReadWrite) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let mut first = head.split_whitespace();
+    let (method, path) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+    let (status, extra, body): (&str, &str, &[u8]) = match (method, path) {
+        ("GET", "/script.js") => ("200 OK", "", super::PROVIDER_SCRIPT),
+        ("OPTIONS", "/api/send") => (
+            "204 No Content",
+            "Access-Control-Allow-Origin: *\r\nAccess-Control-Allow-Methods: POST\r\n",
+            b"",
+        ),
+        _ => ("404 Not Found", "", b""),
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(body);
+    let _ = stream.flush();
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
