@@ -119,12 +119,13 @@ impl MasterKey {
     /// Reads a key file: 64 hex digits, surrounding white space allowed.
     pub fn read_file(path: &Path) -> Result<MasterKey, KeyError> {
         let shown = path.display().to_string();
-        let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|source| {
-            KeyError::Io {
-                path: shown.clone(),
-                source,
-            }
-        })?);
+        let text =
+            Zeroizing::new(
+                std::fs::read_to_string(path).map_err(|source| KeyError::Io {
+                    path: shown.clone(),
+                    source,
+                })?,
+            );
         let mut bytes = Zeroizing::new([0u8; KEY_LEN]);
         hex::decode_to_slice(text.trim(), &mut bytes[..])
             .map_err(|_| KeyError::Format { path: shown })?;
@@ -205,7 +206,10 @@ pub fn is_sealed(stored: &str) -> bool {
 
 /// The id of the key that sealed `stored`, when it has the sealed form.
 pub fn sealed_by(stored: &str) -> Option<&str> {
-    stored.strip_prefix(PREFIX)?.split_once(':').map(|(id, _)| id)
+    stored
+        .strip_prefix(PREFIX)?
+        .split_once(':')
+        .map(|(id, _)| id)
 }
 
 /// The binding of a wrapped master key.

@@ -44,7 +44,10 @@ fn truncated_and_altered_values_are_refused() {
     let mut altered = sealed.clone().into_bytes();
     let last = altered.len() - 1;
     altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
-    assert!(ring.open("b", std::str::from_utf8(&altered).unwrap()).is_err());
+    assert!(
+        ring.open("b", std::str::from_utf8(&altered).unwrap())
+            .is_err()
+    );
     assert_eq!(ring.open("b", "plain"), Err(OpenError::NotSealed));
     assert_eq!(ring.open("b", "enc1:nocolon"), Err(OpenError::Malformed));
 }
