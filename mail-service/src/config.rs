@@ -10,7 +10,7 @@ use clap::Args;
 use crate::feedback::listener::ListenerLimits;
 use crate::model::EndpointPolicy;
 use crate::service::{DnsProtocol, DnsSettings, Settings, WebhookSettings};
-use crate::store::StorageConfig;
+use crate::store::{MasterKeySource, StorageConfig};
 use crate::transport::{SmtpConfig, SmtpSecurity, Transport};
 
 #[derive(Debug, Clone, Args)]
@@ -46,9 +46,21 @@ pub struct StorageArgs {
         global = true
     )]
     pub sqlite_busy_timeout_ms: u64,
+    /// File holding the master key (64 hex digits) that seals the stored
+    /// secrets. Default: `<data-dir>/master.key`, made on the first start
+    /// (SQLite only; PostgreSQL needs it, the same file on every node).
+    #[arg(long, env = "MAIL_MASTER_KEY_FILE", global = true)]
+    pub master_key_file: Option<PathBuf>,
 }
 
 impl StorageArgs {
+    pub fn master_key(&self) -> MasterKeySource {
+        match &self.master_key_file {
+            Some(file) => MasterKeySource::File(file.clone()),
+            None => MasterKeySource::BesideData,
+        }
+    }
+
     pub fn storage(&self) -> StorageConfig {
         match &self.database_url {
             Some(url) => StorageConfig::Postgres {

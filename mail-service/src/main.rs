@@ -47,6 +47,10 @@ enum Command {
     /// Feedback mail (bounces, delays, deliveries, complaints).
     #[command(subcommand)]
     Feedback(FeedbackCommand),
+    /// The master key that seals the stored secrets (DKIM keys, webhook
+    /// signing secrets, the return-path tag key).
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
     /// Run a loopback SMTP sink (for trying the SMTP transport locally).
     SmtpSink {
         #[arg(long, default_value_t = 2525)]
@@ -54,6 +58,32 @@ enum Command {
         #[arg(long, value_enum, default_value = "accept")]
         mode: SinkMode,
     },
+}
+
+#[derive(Subcommand)]
+enum SecretsCommand {
+    /// Write a new random master key (64 hex digits, mode 0600) to FILE,
+    /// which must not exist. Prints its id.
+    GenerateKey { file: std::path::PathBuf },
+    /// The database's master keys, how many stored values each protects,
+    /// and which key seals new values (JSON).
+    Status,
+    /// Re-seal every stored secret under the key in --new-key-file while
+    /// the service serves (run with --master-key-file naming the current
+    /// key). Nodes pick the new key up from the database. Interrupted, run
+    /// it again: it goes on where it stopped.
+    Rotate {
+        #[arg(long)]
+        new_key_file: std::path::PathBuf,
+        /// How long to wait for writes begun under the old key before the
+        /// last pass.
+        #[arg(long, default_value_t = 2_000)]
+        settle_ms: u64,
+    },
+    /// Remove a retired master key (one that protects no value and is not
+    /// the newest) with the copy of the new key sealed under it; restart
+    /// every node with the new key file first.
+    Forget { key_id: String },
 }
 
 #[derive(Subcommand)]
@@ -169,7 +199,7 @@ async fn main() -> ExitCode {
 }
 
 async fn operator(storage: &StorageArgs) -> anyhow::Result<MailService> {
-    let store = Store::connect(&storage.storage()).await?;
+    let store = Store::open(&storage.storage(), &storage.master_key()).await?;
     let transport = Transport::File(storage.data_dir.join("outbox"));
     Ok(MailService::start(
         store,
@@ -183,7 +213,7 @@ async fn operator(storage: &StorageArgs) -> anyhow::Result<MailService> {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            let store = Store::connect(&cli.storage.storage()).await?;
+            let store = Store::open(&cli.storage.storage(), &cli.storage.master_key()).await?;
             let transport = args.transport(&cli.storage);
             tracing::info!(storage = store.backend(), transport = %transport.describe(), listen = %args.listen, "starting");
             let service = MailService::start(
@@ -315,6 +345,35 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     &serde_json::json!({"counts": counts, "reports": reports})
                 )?
             );
+        }
+        Command::Secrets(SecretsCommand::GenerateKey { file }) => {
+            let key = secrets_at_rest::MasterKey::create_file(&file)?;
+            eprintln!("master key written to {} (mode 0600)", file.display());
+            println!("{}", key.id());
+        }
+        Command::Secrets(SecretsCommand::Status) => {
+            let store = Store::open(&cli.storage.storage(), &cli.storage.master_key()).await?;
+            let status = store.secrets_status().await?;
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        }
+        Command::Secrets(SecretsCommand::Rotate {
+            new_key_file,
+            settle_ms,
+        }) => {
+            let new = secrets_at_rest::MasterKey::read_file(&new_key_file)?;
+            let store = Store::open(&cli.storage.storage(), &cli.storage.master_key()).await?;
+            let id = new.id().to_string();
+            let resealed = store
+                .rotate_secrets(new, Duration::from_millis(settle_ms))
+                .await?;
+            eprintln!(
+                "rotation done: {resealed} values re-sealed; every stored secret is sealed under {id}. Restart the nodes with the new key file, then `secrets forget` the old key"
+            );
+        }
+        Command::Secrets(SecretsCommand::Forget { key_id }) => {
+            let store = Store::open(&cli.storage.storage(), &cli.storage.master_key()).await?;
+            store.forget_master_key(&key_id).await?;
+            eprintln!("master key {key_id} forgotten");
         }
         Command::SmtpSink { port, mode } => {
             let sink = SmtpSink::start(port, mode).await?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use mail_service::model::{ApiKey, Permission};
 use mail_service::service::{MailService, Settings};
-use mail_service::store::{StorageConfig, Store};
+use mail_service::store::{MasterKeySource, StorageConfig, Store};
 use mail_service::transport::Transport;
 
 /// The bench tenant's limit: high enough never to refuse.
@@ -23,7 +23,14 @@ pub async fn bench_tenant(
     dir: &Path,
     key_name: &str,
 ) -> Option<(Store, MailService, ApiKey, String)> {
-    let store = match Store::connect(storage).await {
+    let key = match storage {
+        StorageConfig::Postgres {
+            schema: Some(schema),
+            ..
+        } => MasterKeySource::File(bench_key_file(schema)),
+        _ => MasterKeySource::BesideData,
+    };
+    let store = match Store::open(storage, &key).await {
         Ok(s) => s,
         Err(e) => {
             println!("{label}: cannot open the database ({e:#}); skipped");
@@ -90,12 +97,20 @@ pub struct BenchSchema {
     pub schema: String,
 }
 
+/// The master key file of a benchmark schema (PostgreSQL mode needs one;
+/// the bench's own store and its server share it).
+fn bench_key_file(schema: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("mail-{schema}.key"))
+}
+
 impl BenchSchema {
     pub fn new() -> BenchSchema {
+        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        mail_service_key(&bench_key_file(&schema));
         BenchSchema {
             url: std::env::var("MAIL_TEST_DATABASE_URL")
                 .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
-            schema: format!("bench_{}", uuid::Uuid::new_v4().simple()),
+            schema,
         }
     }
 
@@ -115,6 +130,10 @@ impl BenchSchema {
             ("MAIL_DATA_DIR".into(), data_dir.display().to_string()),
             ("DATABASE_URL".into(), self.url.clone()),
             ("MAIL_DATABASE_SCHEMA".into(), self.schema.clone()),
+            (
+                "MAIL_MASTER_KEY_FILE".into(),
+                bench_key_file(&self.schema).display().to_string(),
+            ),
         ]
     }
 
@@ -129,5 +148,11 @@ impl BenchSchema {
             .execute(&pool)
             .await;
         }
+        let _ = std::fs::remove_file(bench_key_file(&self.schema));
     }
+}
+
+/// Writes a new master key to `path`.
+fn mail_service_key(path: &Path) {
+    secrets_at_rest::MasterKey::create_file(path).expect("master key file");
 }

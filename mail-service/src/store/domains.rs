@@ -74,6 +74,15 @@ impl std::fmt::Debug for DkimKey {
 impl Store {
     /// Fails with `Conflict` when the tenant has a domain of that name.
     pub async fn create_domain(&self, d: &NewDomain) -> Result<(), Error> {
+        let sealed_key = self
+            .seal(
+                &Slot::Dkim {
+                    tenant_id: d.tenant_id,
+                    domain_id: d.id,
+                },
+                &d.dkim_private_key,
+            )
+            .await?;
         self.write(
             Unit::one(Step::rows(
                 "INSERT INTO domains (id, tenant_id, name, return_path, dkim_selector, dkim_private_key, status, records, created_at) \
@@ -84,7 +93,7 @@ impl Store {
                     &d.name,
                     &d.return_path,
                     &d.dkim_selector,
-                    &d.dkim_private_key,
+                    sealed_key,
                     &d.records,
                     d.created_at
                 ],
@@ -234,7 +243,6 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.tenant_id, r.domain)).collect())
     }
 
-    /// The signing key of the tenant's domain `name`.
     /// The tenant's domain of that name as a send needs it: status and key
     /// (the only read of a private key).
     pub async fn sending_domain(
@@ -242,7 +250,7 @@ impl Store {
         tenant_id: i64,
         name: &str,
     ) -> Result<Option<SendingDomain>, Error> {
-        Ok(on_db!(self, pool => {
+        let row: Option<SendingDomain> = on_db!(self, pool => {
             sqlx::query_as(
                 "SELECT id, status, verified_at, name, return_path, dkim_selector, dkim_private_key FROM domains WHERE tenant_id = $1 AND name = $2",
             )
@@ -250,7 +258,19 @@ impl Store {
             .bind(name)
             .fetch_optional(pool)
             .await?
-        }))
+        });
+        let Some(mut domain) = row else {
+            return Ok(None);
+        };
+        let slot = Slot::Dkim {
+            tenant_id,
+            domain_id: domain.id,
+        };
+        domain.key.dkim_private_key = self
+            .open_secret(&slot, &domain.key.dkim_private_key)
+            .await?
+            .to_string();
+        Ok(Some(domain))
     }
 
     /// Marks a domain verified without DNS (the operator's command for

@@ -74,9 +74,13 @@ impl Store {
         candidate: &str,
         now: i64,
     ) -> Result<String, Error> {
+        let slot = Slot::Service {
+            name: name.to_string(),
+        };
+        let sealed = self.seal(&slot, candidate).await?;
         self.write_one(Step::rows(
             "INSERT INTO service_secrets (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
-            params![name, candidate, now],
+            params![name, sealed, now],
         ))
         .await?;
         let stored: Option<String> = on_db!(self, pool => {
@@ -85,9 +89,10 @@ impl Store {
                 .fetch_optional(pool)
                 .await?
         });
-        stored.ok_or_else(|| Error::Unavailable {
+        let stored = stored.ok_or_else(|| Error::Unavailable {
             detail: format!("the service secret `{name}` was written but could not be read back"),
-        })
+        })?;
+        Ok(self.open_secret(&slot, &stored).await?.to_string())
     }
 
     /// The email a report names, whatever its tenant (the caller checks the

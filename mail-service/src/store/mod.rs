@@ -41,6 +41,8 @@ pub use records::{
     Change, ClaimedEmail, EmailFilter, EmailUpdate, KeyRecord, KeyRef, LogFilter, NewEmail, NewLog,
     RateHit, Reservation, Reserved, Started,
 };
+pub(crate) use secrets::Slot;
+pub use secrets::{DEFAULT_KEY_FILE, KeyStatus, MasterKeySource, SecretsStatus};
 use unit::{Ran, Step, Unit, params};
 pub use webhooks::{AttemptOutcome, ClaimedDelivery, WebhookAttempt, WebhookEvent};
 
@@ -97,6 +99,8 @@ enum Db {
 #[derive(Debug, Clone)]
 pub struct Store {
     db: Db,
+    /// The master keys this process holds (see `secrets`).
+    secrets: std::sync::Arc<secrets::Sealer>,
 }
 
 /// Runs a read once per backend: `$pool` is the sqlx pool of either.
@@ -143,12 +147,48 @@ mod domains;
 mod emails;
 mod feedback;
 mod logs;
+mod secrets;
 mod suppressions;
 mod webhooks;
 
 impl Store {
-    /// Opens the database and applies pending migrations.
+    /// Opens the database with the master key beside an SQLite database
+    /// (see `open`).
     pub async fn connect(config: &StorageConfig) -> anyhow::Result<Store> {
+        Self::open(config, &MasterKeySource::BesideData).await
+    }
+
+    /// Opens the database, applies pending migrations and adopts the master
+    /// key: on the first start with a key, plain-text secrets are sealed
+    /// under it; a key the database does not know is refused before
+    /// anything is written.
+    pub async fn open(config: &StorageConfig, key: &MasterKeySource) -> anyhow::Result<Store> {
+        use secrets_at_rest::MasterKey;
+        let (key, label) = match (key, config) {
+            (MasterKeySource::File(path), _) => {
+                (MasterKey::read_file(path)?, path.display().to_string())
+            }
+            (MasterKeySource::BesideData, StorageConfig::Sqlite { path, .. }) => {
+                let file = path
+                    .parent()
+                    .unwrap_or_else(|| Path::new("."))
+                    .join(DEFAULT_KEY_FILE);
+                if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)?;
+                }
+                let (key, created) = MasterKey::load_or_create(&file)?;
+                if created {
+                    eprintln!(
+                        "created the master key {} (mode 0600): the stored secrets are sealed under it; keep a copy apart from the database backups",
+                        file.display()
+                    );
+                }
+                (key, file.display().to_string())
+            }
+            (MasterKeySource::BesideData, StorageConfig::Postgres { .. }) => anyhow::bail!(
+                "PostgreSQL mode needs the master key: pass --master-key-file FILE (or set MAIL_MASTER_KEY_FILE); make one with `mail-service secrets generate-key FILE` and give every node the same file"
+            ),
+        };
         let db = match config {
             StorageConfig::Sqlite { path, busy_timeout } => {
                 Self::open_sqlite(path, *busy_timeout).await?
@@ -159,7 +199,12 @@ impl Store {
                 max_connections,
             } => Self::open_postgres(url, schema.as_deref(), *max_connections).await?,
         };
-        Ok(Store { db })
+        let store = Store {
+            db,
+            secrets: std::sync::Arc::new(secrets::Sealer::new(key)),
+        };
+        store.adopt_master_key(&label).await?;
+        Ok(store)
     }
 
     async fn open_sqlite(path: &Path, busy_timeout: Duration) -> anyhow::Result<Db> {

@@ -7,7 +7,21 @@
 //! step added to the unit of the state change it reports.
 
 use super::*;
-use crate::model::{DeliveryStatus, EventType, Webhook};
+use crate::model::{DeliveryStatus, EventType, SigningSecret, Webhook};
+
+fn signing_secret(plain: &str) -> Result<SigningSecret, Error> {
+    plain.parse().map_err(|_| Error::StoredDataInvalid {
+        detail: "a webhook signing secret is not in its form".into(),
+    })
+}
+
+/// Whose secret a webhook's columns hold.
+fn webhook_slot(w: &Webhook) -> Slot {
+    Slot::Webhook {
+        tenant_id: w.tenant_id,
+        webhook_id: w.id,
+    }
+}
 
 /// The columns of `Webhook`, then the rest of the query.
 macro_rules! select_webhook {
@@ -87,6 +101,9 @@ pub enum AttemptOutcome {
 
 impl Store {
     pub async fn create_webhook(&self, webhook: &Webhook) -> Result<(), Error> {
+        let sealed = self
+            .seal(&webhook_slot(webhook), webhook.secret.reveal())
+            .await?;
         self.write_one(Step::rows(
             "INSERT INTO webhooks (id, tenant_id, endpoint, events, secret, status, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
@@ -95,7 +112,7 @@ impl Store {
                 webhook.tenant_id,
                 &webhook.endpoint,
                 &webhook.events,
-                webhook.secret.reveal(),
+                sealed,
                 webhook.status.as_str(),
                 webhook.created_at
             ],
@@ -105,12 +122,28 @@ impl Store {
     }
 
     pub async fn webhook(&self, tenant_id: i64, id: i64) -> Result<Option<Webhook>, Error> {
-        optional!(
+        let found: Result<Option<Webhook>, Error> = optional!(
             self,
             select_webhook!("WHERE id = $1 AND tenant_id = $2"),
             id,
             tenant_id
-        )
+        );
+        match found? {
+            Some(w) => Ok(Some(self.open_webhook(w).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A webhook as read, with its sealed secrets opened.
+    async fn open_webhook(&self, mut w: Webhook) -> Result<Webhook, Error> {
+        let slot = webhook_slot(&w);
+        let plain = self.open_secret(&slot, w.secret.reveal()).await?;
+        w.secret = signing_secret(&plain)?;
+        if let Some(previous) = &w.previous_secret {
+            let plain = self.open_secret(&slot, previous.reveal()).await?;
+            w.previous_secret = Some(signing_secret(&plain)?);
+        }
+        Ok(w)
     }
 
     /// The tenant's webhooks, newest first, before `before_id`.
@@ -120,13 +153,19 @@ impl Store {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<Webhook>, Error> {
-        page!(
+        let rows: Result<Vec<Webhook>, Error> = page!(
             self,
             select_webhook!("WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"),
             tenant_id,
             before_id,
             limit
-        )
+        );
+        let rows = rows?;
+        let mut opened = Vec::with_capacity(rows.len());
+        for w in rows {
+            opened.push(self.open_webhook(w).await?);
+        }
+        Ok(opened)
     }
 
     /// Sets a webhook's endpoint, events and status (enabling clears the
@@ -160,11 +199,16 @@ impl Store {
         previous_until: i64,
         now: i64,
     ) -> Result<bool, Error> {
+        let slot = Slot::Webhook {
+            tenant_id,
+            webhook_id: id,
+        };
+        let sealed = self.seal(&slot, secret.reveal()).await?;
         let changed = self
             .write_one(Step::rows(
                 "UPDATE webhooks SET previous_secret = secret, previous_secret_until = $1, secret = $2, updated_at = $3 \
                  WHERE id = $4 AND tenant_id = $5",
-                params![previous_until, secret.reveal(), now, id, tenant_id],
+                params![previous_until, sealed, now, id, tenant_id],
             ))
             .await?;
         Ok(changed == 1)
@@ -259,7 +303,7 @@ impl Store {
 
     /// The rows a claim took that are still pending under it.
     pub async fn claimed_webhook_events(&self, claim: i64) -> Result<Vec<ClaimedDelivery>, Error> {
-        Ok(on_db!(self, pool => {
+        let rows: Vec<ClaimedDelivery> = on_db!(self, pool => {
             sqlx::query_as(
                 "SELECT e.id AS event_id, e.event_type, e.data, e.created_at AS event_created_at, e.attempts, \
                    w.id, w.tenant_id, w.endpoint, w.events, w.secret, w.previous_secret, w.previous_secret_until, \
@@ -270,7 +314,13 @@ impl Store {
             .bind(claim)
             .fetch_all(pool)
             .await?
-        }))
+        });
+        let mut opened = Vec::with_capacity(rows.len());
+        for mut delivery in rows {
+            delivery.webhook = self.open_webhook(delivery.webhook).await?;
+            opened.push(delivery);
+        }
+        Ok(opened)
     }
 
     /// When the next pending row of an enabled webhook is due.

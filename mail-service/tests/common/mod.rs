@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, Request};
 use mail_service::clock::ManualClock;
 use mail_service::model::Permission;
 use mail_service::service::{MailService, Settings};
-use mail_service::store::{StorageConfig, Store};
+use mail_service::store::{MasterKeySource, StorageConfig, Store};
 use mail_service::transport::{SmtpConfig, SmtpSecurity, Transport};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -85,6 +85,9 @@ impl TestDb {
             },
             Backend::Postgres => {
                 let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+                // PostgreSQL mode needs a master key; the nodes share it.
+                secrets_at_rest::MasterKey::create_file(&dir.path().join("master.key"))
+                    .expect("master key");
                 TestDb {
                     storage: StorageConfig::Postgres {
                         url: pg_url(),
@@ -117,12 +120,22 @@ impl TestDb {
                 );
             }
         }
-        match Store::connect(&self.storage).await {
+        match Store::open(&self.storage, &self.master_key()).await {
             Ok(s) => s,
             Err(e) => panic!(
                 "cannot open the test database ({e:#}). PostgreSQL tests need a server at {} (set {PG_URL_VAR} to another URL)",
                 pg_url()
             ),
+        }
+    }
+
+    /// The master key the service processes of this database use: the
+    /// embedded default beside the SQLite file, a file in the test's
+    /// directory for PostgreSQL.
+    pub fn master_key(&self) -> MasterKeySource {
+        match self.schema {
+            None => MasterKeySource::BesideData,
+            Some(_) => MasterKeySource::File(self.dir.path().join("master.key")),
         }
     }
 
@@ -202,6 +215,10 @@ impl TestDb {
         if let Some(schema) = &self.schema {
             env.push(("DATABASE_URL".into(), pg_url()));
             env.push(("MAIL_DATABASE_SCHEMA".into(), schema.clone()));
+            env.push((
+                "MAIL_MASTER_KEY_FILE".into(),
+                self.dir.path().join("master.key").display().to_string(),
+            ));
         }
         env
     }
