@@ -13,6 +13,7 @@ mod auth;
 mod dns;
 mod domains;
 mod feedback;
+mod health;
 mod logs;
 mod page;
 mod schedule;
