@@ -70,6 +70,16 @@ struct Cli {
     /// Log filter for the host log on stderr (e.g. `info`, `host_sim=debug`).
     #[arg(long, global = true, env = "HOST_SIM_LOG", default_value = "warn")]
     log: String,
+    /// Host log lines: `text` for people, `json` (one object a line, with
+    /// the request's fields) for log collectors.
+    #[arg(
+        long,
+        global = true,
+        env = "HOST_SIM_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -140,18 +150,35 @@ enum Command {
         /// Lifetime of the project-scoped tokens the console hands to panels, e.g. `10m`.
         #[arg(long, default_value = "10m", value_parser = parse_ttl)]
         panel_session_ttl: Duration,
+        /// Address of the operator listener serving Prometheus metrics at
+        /// `/metrics` (keep it off the public network); unset: no metrics
+        /// are recorded.
+        #[arg(long, env = "HOST_SIM_METRICS_LISTEN")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .init(),
+    }
     let Cli {
         state_dir,
         db,
@@ -265,6 +292,7 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
         Command::Serve {
             listen,
             panel_session_ttl,
+            metrics_listen,
         } => {
             let banner = |base: &str| {
                 eprintln!("host-sim serving on {base}");
@@ -273,7 +301,13 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
                 eprintln!("  MCP:      {base}/mcp");
                 eprintln!("Press Ctrl-C to stop.");
             };
-            return Ok(serve(host.clone(), listen, panel_session_ttl, &banner));
+            return Ok(serve(
+                host.clone(),
+                listen,
+                metrics_listen,
+                panel_session_ttl,
+                &banner,
+            ));
         }
         Command::Publisher(_) | Command::Dev(_) | Command::Release(ReleaseCommand::Sign { .. }) => {
             unreachable!("answered before the host state is opened")

@@ -66,9 +66,11 @@ pub(crate) async fn route(State(shared): State<Shared>, request: Request, next: 
     };
     let raw_path = request.uri().path().to_string();
     if !exposes(request.method().as_str(), &raw_path) {
+        crate::metrics::ingress("refused");
         return not_exposed();
     }
     let Some(client) = &shared.ingress else {
+        crate::metrics::ingress("failed");
         return error_response(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
@@ -107,6 +109,7 @@ async fn forward(client: &reqwest::Client, route: &TrackingRoute, request: Reque
         .map(|ConnectInfo(address)| address.ip().to_string());
     let (parts, body) = request.into_parts();
     let Ok(body) = to_bytes(body, MAX_BODY).await else {
+        crate::metrics::ingress("refused");
         return error_response(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
@@ -145,8 +148,12 @@ async fn forward(client: &reqwest::Client, route: &TrackingRoute, request: Reque
         outgoing = outgoing.body(body);
     }
     let answer = match outgoing.send().await {
-        Ok(answer) => answer,
+        Ok(answer) => {
+            crate::metrics::ingress("forwarded");
+            answer
+        }
         Err(e) => {
+            crate::metrics::ingress("failed");
             tracing::warn!(hostname = %route.hostname, error = %e.without_url(), "the provider did not answer");
             return error_response(
                 StatusCode::BAD_GATEWAY,
