@@ -84,6 +84,51 @@ impl InvokeError {
         }
     }
 
+    /// The outcome label of the metrics: the code, except `action_error`
+    /// for every error the extension itself returned (its codes are the
+    /// extension's words, not a closed set).
+    pub fn metric_outcome(&self) -> &'static str {
+        match self {
+            InvokeError::Unauthenticated => "unauthenticated",
+            InvokeError::NoProjectAccess { .. }
+            | InvokeError::NotGranted { .. }
+            | InvokeError::CapabilityNotApproved { .. } => "forbidden",
+            InvokeError::StaleGeneration { .. } => "stale_generation",
+            InvokeError::InvalidInput(_) => "invalid_input",
+            InvokeError::NotInstalled { .. } | InvokeError::NoSuchAction { .. } => "not_found",
+            InvokeError::LimitExceeded { .. } => "limit_exceeded",
+            InvokeError::Action { .. } => "action_error",
+            InvokeError::Internal(_) => "internal",
+        }
+    }
+
+    /// The kind of a refusal before the extension ran, for the metrics:
+    /// `authentication`, `access`, `grant`, `approval`, `generation`.
+    pub fn refusal_kind(&self) -> Option<&'static str> {
+        match self {
+            InvokeError::Unauthenticated => Some("authentication"),
+            InvokeError::NoProjectAccess { .. } => Some("access"),
+            InvokeError::NotGranted { .. } => Some("grant"),
+            InvokeError::CapabilityNotApproved { .. } => Some("approval"),
+            InvokeError::StaleGeneration { .. } => Some("generation"),
+            _ => None,
+        }
+    }
+
+    /// Whether the host refused before the installed release declared the
+    /// requested extension and action (they are then only the caller's
+    /// words, never a metric label).
+    pub fn before_resolution(&self) -> bool {
+        matches!(
+            self,
+            InvokeError::Unauthenticated
+                | InvokeError::NoProjectAccess { .. }
+                | InvokeError::NotGranted { .. }
+                | InvokeError::NotInstalled { .. }
+                | InvokeError::NoSuchAction { .. }
+        )
+    }
+
     /// `{"error":{"code","message"}}`
     pub fn to_json(&self) -> Value {
         json!({ "error": { "code": self.code(), "message": self.to_string() } })

@@ -3,8 +3,9 @@
 //! The modules form layers; a module uses only modules of layers below its
 //! own (`cargo xtask layers` checks it, see `ARCHITECTURE.md`):
 //!
-//! 1. leaf types: [`error`], [`limits`], [`secret`], [`spec`], and the WIT
-//!    bindings;
+//! 1. leaf types: [`error`], [`limits`], [`secret`], [`spec`], the WIT
+//!    bindings, and [`metrics`] (the names and recording functions of the
+//!    Prometheus metrics);
 //! 2. [`state`]: the SQLite operator state, split by subject;
 //! 3. [`capabilities`]: one module per host interface, each owning its
 //!    per-invocation context and its one enforcing function;
@@ -27,6 +28,7 @@ pub mod dev;
 pub mod error;
 mod host;
 pub mod limits;
+pub mod metrics;
 pub mod pool;
 pub mod sandbox;
 pub mod secret;
@@ -41,7 +43,7 @@ pub use error::{InvokeError, Limit};
 pub use host::{
     Caller, CertificateState, DEVELOPMENT_MARKER, EdgeRemoval, Host, HostConfig, HostError,
     InvalidInput, Invocation, InvokeRequest, IssuedToken, MAX_SESSION_TTL, PanelSession,
-    TrackingError, TrackingRecords,
+    PoolGauges, TrackingError, TrackingRecords,
 };
 pub use limits::SandboxLimits;
 pub use pool::{InstantiationSamples, SandboxStats};

@@ -72,6 +72,16 @@ struct Cli {
     /// Log filter for the host log on stderr (e.g. `info`, `host_sim=debug`).
     #[arg(long, global = true, env = "HOST_SIM_LOG", default_value = "warn")]
     log: String,
+    /// Host log lines: `text` for people, `json` (one object a line, with
+    /// the request's fields) for log collectors.
+    #[arg(
+        long,
+        global = true,
+        env = "HOST_SIM_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -147,18 +157,35 @@ enum Command {
         /// Without it the visitor is the connection's address.
         #[arg(long = "trusted-proxy", value_delimiter = ',')]
         trusted_proxies: Vec<std::net::IpAddr>,
+        /// Address of the operator listener serving Prometheus metrics at
+        /// `/metrics` (keep it off the public network); unset: no metrics
+        /// are recorded.
+        #[arg(long, env = "HOST_SIM_METRICS_LISTEN")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .init(),
+    }
     let Cli {
         state_dir,
         db,
@@ -274,6 +301,7 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
             listen,
             panel_session_ttl,
             trusted_proxies,
+            metrics_listen,
         } => {
             let banner = |base: &str| {
                 eprintln!("host-sim serving on {base}");
@@ -287,7 +315,7 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
                 trusted_proxies,
                 ..Default::default()
             };
-            return Ok(serve(host.clone(), listen, options, &banner));
+            return Ok(serve(host.clone(), listen, metrics_listen, options, &banner));
         }
         Command::Publisher(_) | Command::Dev(_) | Command::Release(ReleaseCommand::Sign { .. }) => {
             unreachable!("answered before the host state is opened")

@@ -188,6 +188,11 @@ pub struct ServeArgs {
     /// Messages one peer address may send the listener per minute.
     #[arg(long, env = "MAIL_FEEDBACK_RATE_PER_MINUTE", default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..))]
     pub feedback_rate_per_minute: u32,
+    /// Address of the operator listener serving Prometheus metrics at
+    /// `/metrics` (keep it off the public network); unset: no metrics
+    /// are recorded.
+    #[arg(long, env = "MAIL_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
 }
 
 /// `IP` (port 53) or `IP:PORT`.

@@ -14,6 +14,7 @@ pub mod error;
 pub mod feedback;
 pub mod http;
 pub mod id;
+pub mod metrics;
 pub mod model;
 pub mod service;
 pub mod smtp_sink;

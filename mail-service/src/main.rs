@@ -19,6 +19,16 @@ use mail_service::transport::Transport;
 struct Cli {
     #[command(flatten)]
     storage: StorageArgs,
+    /// Log lines on stderr: `text` for people, `json` (one object a line,
+    /// with the request's span fields) for log collectors.
+    #[arg(
+        long,
+        env = "MAIL_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -179,16 +189,31 @@ fn parse_permission(s: &str) -> Result<Permission, String> {
         .map_err(|e: mail_service::model::UnknownValue| e.to_string())
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "mail_service=info".into()),
         )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        // Every line a request causes carries its `request` span (request
+        // id, route) in `spans`.
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .init(),
+    }
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -224,6 +249,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await?;
             service.sweep().await?;
+            if let Some(addr) = &args.metrics_listen {
+                let listener = tokio::net::TcpListener::bind(addr).await?;
+                eprintln!("metrics on http://{}/metrics", listener.local_addr()?);
+                mail_service::metrics::spawn(listener, service.clone());
+            }
             let _feedback = match &args.feedback_listen {
                 None => None,
                 Some(addr) => {

@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail};
 pub const LAYERS: &[(&str, &[&str])] = &[
     (
         "leaf types",
-        &["bindings", "error", "limits", "secret", "spec"],
+        &["bindings", "error", "limits", "metrics", "secret", "spec"],
     ),
     ("operator state", &["state"]),
     ("capabilities", &["capabilities"]),

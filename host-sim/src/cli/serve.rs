@@ -193,7 +193,7 @@ pub(crate) fn dev(args: DevArgs) -> Result<ExitCode, CliError> {
         panel_session_ttl: Duration::from_secs(600),
         ..Default::default()
     };
-    let code = serve(host, args.listen, options, &banner);
+    let code = serve(host, args.listen, None, options, &banner);
     drop(watcher);
     drop(scratch);
     Ok(code)
@@ -204,6 +204,7 @@ pub(crate) fn dev(args: DevArgs) -> Result<ExitCode, CliError> {
 pub(crate) fn serve(
     host: std::sync::Arc<Host>,
     listen: std::net::SocketAddr,
+    metrics_listen: Option<std::net::SocketAddr>,
     options: host_sim::serve::ServeOptions,
     banner: &dyn Fn(&str),
 ) -> ExitCode {
@@ -225,6 +226,19 @@ pub(crate) fn serve(
                 return ExitCode::from(exit::FAILED);
             }
         };
+        if let Some(metrics_listen) = metrics_listen {
+            match tokio::net::TcpListener::bind(metrics_listen).await {
+                Ok(listener) => {
+                    let address = listener.local_addr().unwrap_or(metrics_listen);
+                    eprintln!("metrics on http://{address}/metrics");
+                    host_sim::serve::metrics::spawn(listener, host.clone());
+                }
+                Err(e) => {
+                    eprintln!("error: cannot listen on {metrics_listen} for metrics: {e} (pick another with --metrics-listen)");
+                    return ExitCode::from(exit::FAILED);
+                }
+            }
+        }
         let address = listener.local_addr().unwrap_or(listen);
         let base = format!("http://{address}");
         println!("listening {base}");

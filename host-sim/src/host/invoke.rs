@@ -107,7 +107,20 @@ impl Host {
         let in_flight = self.pool.enter();
         let result = self.run(caller, request, &request_id, &mut generation);
         drop(in_flight);
-        let elapsed_us = started.elapsed().as_micros() as u64;
+        let elapsed = started.elapsed();
+        let elapsed_us = elapsed.as_micros() as u64;
+        let (outcome, refusal, resolved) = match &result {
+            Ok(_) => ("ok", None, true),
+            Err(e) => (e.metric_outcome(), e.refusal_kind(), !e.before_resolution()),
+        };
+        crate::metrics::invocation(
+            &request.extension,
+            &request.action,
+            outcome,
+            refusal,
+            resolved,
+            elapsed,
+        );
         match &result {
             Ok(_) => tracing::info!(
                 request_id = %request_id,

@@ -26,6 +26,15 @@ use crate::sandbox::{self, EpochTicker};
 use crate::state::{self, State, StateError};
 use crate::verify::InstallError;
 
+/// The instance pool's state for `/metrics`.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolGauges {
+    pub slots_in_use: u64,
+    pub slots: u64,
+    pub prepared: u64,
+    pub used_prepared: u64,
+}
+
 /// Where the host keeps its state and how it sandboxes extensions.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -160,6 +169,24 @@ impl Host {
     /// "Store housekeeping in the waits").
     pub fn sandbox_stats(&self) -> SandboxStats {
         self.pool.stats()
+    }
+
+    /// `Ok` when the operator state answers; otherwise why not (`/readyz`).
+    pub fn readiness(&self) -> Result<(), String> {
+        self.state
+            .ping()
+            .map_err(|e| format!("the operator state is unreadable: {e}"))
+    }
+
+    /// The instance pool's gauges for `/metrics`.
+    pub fn pool_gauges(&self) -> PoolGauges {
+        let stats = self.pool.stats();
+        PoolGauges {
+            slots_in_use: self.pool.slots_in_use() as u64,
+            slots: u64::from(self.limits.max_instances),
+            prepared: stats.prepared,
+            used_prepared: stats.used_prepared,
+        }
     }
 
     /// The operator state (read access for tools and tests).

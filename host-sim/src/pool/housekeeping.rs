@@ -131,6 +131,14 @@ impl Housekeeping {
         self.in_flight.load(Ordering::Relaxed) > self.cores
     }
 
+    /// Instance slots held: invocations under way, the prepared store and
+    /// the finished stores awaiting teardown.
+    pub fn slots_in_use(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+            + usize::from(lock(&self.prepared).is_some())
+            + lock(&self.retired).len()
+    }
+
     pub fn stats(&self) -> SandboxStats {
         SandboxStats {
             prepared: self.prepared_count.load(Ordering::Relaxed),

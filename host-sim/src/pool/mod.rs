@@ -154,6 +154,11 @@ impl InstancePool {
         self.housekeeping.stats()
     }
 
+    /// Instance slots held now (see [`Housekeeping::slots_in_use`]).
+    pub fn slots_in_use(&self) -> usize {
+        self.housekeeping.slots_in_use()
+    }
+
     /// Counts an invocation as under way until the guard drops (the
     /// housekeeping stands aside while more are under way than cores).
     pub fn enter(&self) -> impl Drop + '_ {

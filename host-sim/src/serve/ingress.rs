@@ -69,9 +69,11 @@ pub(crate) async fn route(State(shared): State<Shared>, request: Request, next: 
     }
     let raw_path = request.uri().path().to_string();
     if !exposes(request.method().as_str(), &raw_path) {
+        crate::metrics::ingress("refused");
         return not_exposed();
     }
     let Some(client) = &shared.ingress else {
+        crate::metrics::ingress("failed");
         return error_response(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
@@ -121,6 +123,7 @@ async fn forward(
         .map(|ConnectInfo(address)| address.ip());
     let (parts, body) = request.into_parts();
     let Ok(body) = to_bytes(body, MAX_BODY).await else {
+        crate::metrics::ingress("refused");
         return error_response(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
@@ -154,8 +157,12 @@ async fn forward(
         outgoing = outgoing.body(body);
     }
     let answer = match outgoing.send().await {
-        Ok(answer) => answer,
+        Ok(answer) => {
+            crate::metrics::ingress("forwarded");
+            answer
+        }
         Err(e) => {
+            crate::metrics::ingress("failed");
             tracing::warn!(hostname = %route.hostname, error = %e.without_url(), "the provider did not answer");
             return error_response(
                 StatusCode::BAD_GATEWAY,

@@ -7,6 +7,7 @@
 //! | `/console/…` | the console: sign-in, a page per project with the panel ([`console`]) |
 //! | `/mcp` | the host's MCP server (streamable HTTP): a tool per action of the caller's granted extensions ([`mcp`]) |
 //! | `/healthz` | liveness |
+//! | `/readyz` | readiness: 200 when the operator state answers, 503 with the reason while not |
 //! | any path, `Host:` an applied tracking hostname | the tracking ingress: exactly `GET /script.js`, `POST`/`OPTIONS /api/send` forwarded to the provider, everything else 404 ([`ingress`]) |
 //!
 //! Every surface authenticates with the host's bearer tokens and runs
@@ -16,6 +17,7 @@ mod api;
 mod console;
 mod ingress;
 mod mcp;
+pub mod metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,6 +82,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
     };
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(move || ready(host.clone())))
         .merge(api::routes(shared.clone()))
         .merge(console::routes(shared.clone()))
         .merge(mcp::routes(shared.clone()))
@@ -91,7 +94,73 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
                 &new_request_id(),
             )
         })
+        .layer(axum::middleware::from_fn(log_request))
         .layer(axum::middleware::from_fn_with_state(shared, ingress::route))
+}
+
+/// One `request` line (at info) per answered request: its request id
+/// (the `X-Request-Id` the answer carries, the one the invocation's own
+/// lines carry), method, route template, project, status and latency.
+async fn log_request(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |m| m.as_str().to_string());
+    let project = project_of(request.uri().path()).map(str::to_string);
+    let response = next.run(request).await;
+    let request_id = response
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    tracing::info!(
+        request_id,
+        %method,
+        route = %route,
+        project = project.as_deref().unwrap_or_default(),
+        status = response.status().as_u16(),
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "request"
+    );
+    response
+}
+
+/// The project of an extension API path
+/// (`/v1/plugins/{extension}/projects/{project}/api/…`).
+fn project_of(path: &str) -> Option<&str> {
+    let mut segments = path.split('/').skip(1);
+    match (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) {
+        (Some("v1"), Some("plugins"), Some(_), Some("projects")) => segments.next(),
+        _ => None,
+    }
+}
+
+/// `/readyz`: whether the operator state answers (read on a blocking
+/// thread, bounded to 2 s).
+async fn ready(host: Arc<Host>) -> Response {
+    let check = tokio::task::spawn_blocking(move || host.readiness());
+    match tokio::time::timeout(Duration::from_secs(2), check).await {
+        Ok(Ok(Ok(()))) => (StatusCode::OK, "ready\n").into_response(),
+        Ok(Ok(Err(reason))) => not_ready(&reason),
+        Ok(Err(_)) => not_ready("the readiness check failed"),
+        Err(_) => not_ready("the operator state did not answer within 2 s"),
+    }
+}
+
+fn not_ready(reason: &str) -> Response {
+    tracing::warn!(%reason, "not ready");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("not ready: {reason}\n"),
+    )
+        .into_response()
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves; in-flight

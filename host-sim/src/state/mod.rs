@@ -123,6 +123,16 @@ impl State {
         &self.path
     }
 
+    /// Reads the schema from the database file: whether the state answers
+    /// (readiness).
+    pub fn ping(&self) -> Result<()> {
+        self.conn()
+            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |row| {
+                row.get::<_, i64>(0)
+            })?;
+        Ok(())
+    }
+
     fn conn(&self) -> MutexGuard<'_, Connection> {
         lock(&self.conn)
     }

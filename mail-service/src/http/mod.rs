@@ -7,6 +7,7 @@ mod domains;
 pub mod error;
 mod extract;
 mod handlers;
+mod health;
 pub mod openapi;
 mod suppressions;
 mod webhooks;
@@ -14,11 +15,13 @@ mod webhooks;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+
+use tracing::Instrument;
 
 use crate::error::Error;
 use crate::model::Principal;
@@ -117,6 +120,9 @@ pub fn router(service: MailService) -> Router {
         .route("/openapi.json", get(handlers::openapi))
         .fallback(handlers::not_found)
         .layer(middleware::from_fn_with_state(service.clone(), observe))
+        // Probes bypass the request middleware: no request log, no rate
+        // limit, and an answer while the database is down.
+        .merge(health::router())
         .with_state(service)
 }
 
@@ -131,7 +137,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// writes the request log (status 0 until the answer is known) together with
 /// the request's count in the tenant's shared rate limit, and adds the
 /// rate-limit and request-id headers.
-async fn observe(State(service): State<MailService>, mut req: Request, next: Next) -> Response {
+async fn observe(State(service): State<MailService>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let request_id = service.next_id();
     let user_agent = req
@@ -141,6 +147,54 @@ async fn observe(State(service): State<MailService>, mut req: Request, next: Nex
         .map(str::to_string);
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
+    // The route template (`/v1/emails/{id}`), never the path itself: a
+    // bounded label and log field.
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |m| m.as_str())
+        .to_string();
+    let span = tracing::info_span!("request", request_id, route = %route);
+    observe_in(
+        service,
+        req,
+        next,
+        Observed {
+            started,
+            request_id,
+            user_agent,
+            method,
+            path,
+            route,
+        },
+    )
+    .instrument(span)
+    .await
+}
+
+struct Observed {
+    started: Instant,
+    request_id: i64,
+    user_agent: Option<String>,
+    method: String,
+    path: String,
+    route: String,
+}
+
+async fn observe_in(
+    service: MailService,
+    mut req: Request,
+    next: Next,
+    observed: Observed,
+) -> Response {
+    let Observed {
+        started,
+        request_id,
+        user_agent,
+        method,
+        path,
+        route,
+    } = observed;
     let begun = service
         .begin_request(&Incoming {
             request_id,
@@ -150,6 +204,10 @@ async fn observe(State(service): State<MailService>, mut req: Request, next: Nex
             user_agent: user_agent.as_deref(),
         })
         .await;
+    let tenant_id = begun.caller.as_ref().ok().map(|p| p.tenant_id);
+    if let Err(Error::RateLimited { .. }) = &begun.rate {
+        metrics::counter!(crate::metrics::RATE_LIMITED).increment(1);
+    }
     req.extensions_mut().insert(match begun.caller {
         Ok(principal) => AuthState::Valid(principal),
         Err(e) => AuthState::Refused(e),
@@ -182,11 +240,27 @@ async fn observe(State(service): State<MailService>, mut req: Request, next: Nex
     {
         tracing::warn!(error = %e, request_id, "request log not completed");
     }
+    let status = response.status().as_u16();
+    let method_label = crate::metrics::method_label(&method);
+    metrics::counter!(
+        crate::metrics::HTTP_REQUESTS,
+        "route" => route.clone(),
+        "method" => method_label,
+        "status" => status.to_string()
+    )
+    .increment(1);
+    metrics::histogram!(
+        crate::metrics::HTTP_DURATION,
+        "route" => route,
+        "method" => method_label
+    )
+    .record(started.elapsed().as_secs_f64());
     tracing::info!(
         request_id,
+        tenant_id,
         %method,
         %path,
-        status = response.status().as_u16(),
+        status,
         elapsed_ms = elapsed,
         "request"
     );

@@ -155,6 +155,12 @@ impl MailService {
                 (outcome, kept)
             }
         };
+        let counted = match (&outcome, kept) {
+            (_, false) => "duplicate",
+            (Ingested::Quarantined { .. }, true) => "quarantined",
+            (_, true) => "applied",
+        };
+        metrics::counter!(crate::metrics::FEEDBACK_REPORTS, "outcome" => counted).increment(1);
         if !kept {
             tracing::info!(
                 source = source_name,

@@ -149,6 +149,7 @@ impl MailService {
             };
         }
         if let Some(sent) = scheduled {
+            crate::metrics::emails_accepted("scheduled", 1);
             self.scheduler_wake.notify_one();
             return Ok(sent);
         }
@@ -162,6 +163,7 @@ impl MailService {
                 &new.message_id,
             )
             .await;
+        crate::metrics::emails_accepted(handoff_outcome(&result), 1);
         let now = self.clock.now_ms();
         let (status, detail, state, answer) = match result {
             Handoff::Accepted => (
@@ -321,6 +323,7 @@ impl MailService {
             };
         }
         if let Some(sent) = scheduled {
+            crate::metrics::emails_accepted("scheduled", news.len() as u64);
             self.scheduler_wake.notify_one();
             return Ok(sent);
         }
@@ -337,6 +340,7 @@ impl MailService {
                     &new.message_id,
                 )
                 .await;
+            crate::metrics::emails_accepted(handoff_outcome(&result), 1);
             let now = self.clock.now_ms();
             let (status, detail, unknown) = match result {
                 Handoff::Accepted | Handoff::Suppressed(_) => {
@@ -372,6 +376,7 @@ impl MailService {
                     )),
                 )
             }));
+            crate::metrics::emails_accepted("canceled", (news.len() - position - 1) as u64);
             let error = Error::BatchHandoffFailed {
                 sent_ids: sent_ids.clone(),
                 failed_index: *index,
@@ -501,12 +506,31 @@ impl MailService {
         Err(Error::IdempotencyInFlight)
     }
 
+    /// [`Self::screen_and_hand_off`], timed and counted in the handoff
+    /// latency histogram by outcome.
+    pub(super) async fn hand_off(
+        &self,
+        tenant_id: i64,
+        email: &ValidatedEmail,
+        sender: &DkimKey,
+        id: i64,
+        message_id: &str,
+    ) -> Handoff {
+        let started = std::time::Instant::now();
+        let handoff = self
+            .screen_and_hand_off(tenant_id, email, sender, id, message_id)
+            .await;
+        metrics::histogram!(crate::metrics::HANDOFF_DURATION, "outcome" => handoff_outcome(&handoff))
+            .record(started.elapsed().as_secs_f64());
+        handoff
+    }
+
     /// Screens the recipients against the tenant's suppression list, then
     /// hands the email with the remaining ones to the transport. The
     /// recipients removed are recorded on the email first; when none
     /// remain nothing is handed off. A list that cannot be read or a
     /// removal that cannot be recorded stops the handoff (not sent).
-    pub(super) async fn hand_off(
+    async fn screen_and_hand_off(
         &self,
         tenant_id: i64,
         email: &ValidatedEmail,
@@ -562,6 +586,16 @@ impl MailService {
                 self.settings.handoff_lease
             )),
         }
+    }
+}
+
+/// The status a handoff leaves its email in, as a metric label.
+fn handoff_outcome(handoff: &Handoff) -> &'static str {
+    match handoff {
+        Handoff::Accepted => "sent",
+        Handoff::Suppressed(_) => "suppressed",
+        Handoff::Rejected(_) => "failed",
+        Handoff::Unknown(_) => "unknown",
     }
 }
 

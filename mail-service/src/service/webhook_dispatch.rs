@@ -174,6 +174,11 @@ impl MailService {
             Ok((status, body)) => (Some(*status as i64), Some("http_status"), body.clone()),
             Err(refused) => (None, Some(refused.class), refused.detail.clone()),
         };
+        metrics::counter!(
+            crate::metrics::WEBHOOK_ATTEMPTS,
+            "result" => error_class.unwrap_or("delivered")
+        )
+        .increment(1);
         let finished_at = self.clock.now_ms();
         let outcome = self.outcome(&delivery, &answer, finished_at);
         let attempt = WebhookAttempt {

@@ -37,6 +37,7 @@ use crate::model::{ApiKey, EmailStatus, KeyState, Principal, RequestLog, StoredE
 pub use analytics::{DayCount, DomainDayCount};
 pub use domains::{DkimKey, DomainCheck, NewDomain, SendingDomain};
 pub use feedback::{FeedbackTarget, NewAutoSuppression, NewEvent, NewReport};
+pub use health::QueueDepths;
 pub use records::{
     Change, ClaimedEmail, EmailFilter, EmailUpdate, KeyRecord, KeyRef, LogFilter, NewEmail, NewLog,
     RateHit, Reservation, Reserved, Started,
@@ -146,6 +147,7 @@ mod analytics;
 mod domains;
 mod emails;
 mod feedback;
+mod health;
 mod logs;
 mod secrets;
 mod suppressions;

@@ -194,7 +194,11 @@ fn commit_group_or_recover(conn: &Connection, group: Vec<(Unit, Reply)>) -> bool
 /// when the connection could not be brought back out of the transaction.
 fn commit_group(conn: &Connection, group: Vec<(Unit, Reply)>) -> bool {
     let units: Vec<&Unit> = group.iter().map(|(unit, _)| unit).collect();
+    let started = std::time::Instant::now();
     let outcome = run_group(conn, &units);
+    metrics::histogram!(crate::metrics::SQLITE_COMMIT_DURATION)
+        .record(started.elapsed().as_secs_f64());
+    metrics::histogram!(crate::metrics::SQLITE_GROUP_UNITS).record(units.len() as f64);
     let mut usable = true;
     let answers: Vec<Result<Ran, Error>> = match outcome {
         Ok(answers) => answers,

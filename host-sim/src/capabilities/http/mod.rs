@@ -263,12 +263,23 @@ impl http_binding::Host for HttpCtxView<'_> {
         };
         let max = call.max_bytes;
         let wait = self.ctx.wait.as_ref().and_then(Weak::upgrade);
+        // Authorized: the release declares this binding's name.
+        let binding = call.binding.name.clone();
+        let started = Instant::now();
         let result = send(
             call,
             &self.ctx.client,
             &self.checks.scope().request_id,
             wait.as_deref(),
         );
+        let class = match &result {
+            Ok(response) => crate::metrics::status_class(response.status),
+            Err(BindingError::Timeout(_)) => "timeout",
+            Err(BindingError::Unavailable(_)) => "unavailable",
+            Err(BindingError::ResponseTooLarge(_)) => "response_too_large",
+            Err(_) => "invalid_request",
+        };
+        crate::metrics::binding_call(&binding, class, started.elapsed());
         if let Ok(response) = &result {
             self.ctx.response_bytes += response.body.len().min(max);
         }

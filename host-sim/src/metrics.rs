@@ -1,0 +1,150 @@
+//! Prometheus metrics of `serve`, on the operator listener (`serve
+//! --metrics-listen ADDR`, off by default; never on the public port).
+//!
+//! The call sites record through the `metrics` facade; until [`install`]
+//! puts the Prometheus recorder in place every record is a no-op. Names
+//! carry their unit and counters end in `_total`. Every label value comes
+//! from a closed set: an extension id and action only once the invocation
+//! resolved them against an installed release (anything a caller made up
+//! is `unresolved`), a binding name the release declares, a host error
+//! code, a status class. No project, token, user, hostname or id.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const INVOCATIONS: &str = "host_sim_invocations_total";
+pub const INVOCATION_DURATION: &str = "host_sim_invocation_duration_seconds";
+pub const REFUSALS: &str = "host_sim_invocation_refusals_total";
+pub const BINDING_CALLS: &str = "host_sim_binding_calls_total";
+pub const BINDING_DURATION: &str = "host_sim_binding_call_duration_seconds";
+pub const SLOTS_IN_USE: &str = "host_sim_pool_slots_in_use";
+pub const SLOTS: &str = "host_sim_pool_slots";
+pub const PREPARED: &str = "host_sim_prepared_stores_total";
+pub const PREPARED_USED: &str = "host_sim_prepared_stores_used_total";
+pub const INGRESS: &str = "host_sim_tracking_ingress_requests_total";
+
+/// Latency buckets in seconds: 0.5 ms to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder for this process (once; later calls
+/// return the same handle) and describes every metric.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .expect("the bucket list is not empty")
+                .install_recorder()
+                .expect("no other metrics recorder is installed in this process");
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(
+        INVOCATIONS,
+        "Invocations, by extension, action and outcome (ok, a host error code, or action_error for an error the extension returned)."
+    );
+    describe_histogram!(
+        INVOCATION_DURATION,
+        Unit::Seconds,
+        "Time an invocation took, by extension and action."
+    );
+    describe_counter!(
+        REFUSALS,
+        "Invocations refused before the extension ran, by kind: authentication, access, grant, approval, generation."
+    );
+    describe_counter!(
+        BINDING_CALLS,
+        "Binding calls an extension made, by binding and status class (2xx to 5xx, or the error: timeout, unavailable, response_too_large, invalid_request)."
+    );
+    describe_histogram!(
+        BINDING_DURATION,
+        Unit::Seconds,
+        "Time a binding call took, by binding."
+    );
+    describe_gauge!(
+        SLOTS_IN_USE,
+        "Instance slots in use: invocations under way, a prepared store and finished stores awaiting teardown."
+    );
+    describe_gauge!(SLOTS, "Instance slots of the pooling allocator.");
+    describe_counter!(
+        PREPARED,
+        "Stores prepared ahead of their invocation during a binding wait."
+    );
+    describe_counter!(
+        PREPARED_USED,
+        "Invocations that ran in a store prepared ahead."
+    );
+    describe_counter!(
+        INGRESS,
+        "Requests to a tracking hostname, by outcome: forwarded (the provider answered), failed (it did not), refused (not an exposed request)."
+    );
+}
+
+/// Records one finished invocation: `outcome` is `ok`, a host error code
+/// or `action_error`; `refusal` the kind when the host refused it before
+/// the extension ran; `resolved` whether the release declared the
+/// extension and action (otherwise they are the caller's words and are
+/// recorded as `unresolved`).
+pub fn invocation(
+    extension: &str,
+    action: &str,
+    outcome: &'static str,
+    refusal: Option<&'static str>,
+    resolved: bool,
+    elapsed: Duration,
+) {
+    let (extension, action) = if resolved {
+        (extension.to_string(), action.to_string())
+    } else {
+        ("unresolved".to_string(), "unresolved".to_string())
+    };
+    if let Some(kind) = refusal {
+        metrics::counter!(REFUSALS, "kind" => kind).increment(1);
+    }
+    metrics::histogram!(INVOCATION_DURATION, "extension" => extension.clone(), "action" => action.clone())
+        .record(elapsed.as_secs_f64());
+    metrics::counter!(
+        INVOCATIONS,
+        "extension" => extension,
+        "action" => action,
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// Records one binding call that went out (`binding` is declared by the
+/// release: the call was authorized).
+pub fn binding_call(binding: &str, class: &'static str, elapsed: Duration) {
+    metrics::histogram!(BINDING_DURATION, "binding" => binding.to_string())
+        .record(elapsed.as_secs_f64());
+    metrics::counter!(BINDING_CALLS, "binding" => binding.to_string(), "status_class" => class)
+        .increment(1);
+}
+
+/// The class of an HTTP status: `2xx` … `5xx`, `other`.
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "other",
+    }
+}
+
+/// Counts one request to a tracking hostname.
+pub fn ingress(outcome: &'static str) {
+    metrics::counter!(INGRESS, "outcome" => outcome).increment(1);
+}

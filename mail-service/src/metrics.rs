@@ -1,0 +1,193 @@
+//! Prometheus metrics, served on the operator listener (`serve
+//! --metrics-listen ADDR`, off by default) and never on the public port.
+//!
+//! The call sites record through the `metrics` facade; until [`install`]
+//! puts the Prometheus recorder in place (only `serve` with the listener
+//! does) every record is a no-op. Every name carries its unit (`_seconds`,
+//! base units), counters end in `_total`, and every label value comes from
+//! a closed set: a route template, a status code, an outcome or a result
+//! class. No label carries a tenant, an address, a key, a host name or an
+//! id (tests/metrics.rs checks the exposition for them).
+//!
+//! The queue gauges (scheduled emails due, webhook backlog) are read from
+//! the database when `/metrics` is scraped, so every node reports the
+//! shared queues' state at the time of the scrape.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::service::MailService;
+
+pub const HTTP_REQUESTS: &str = "mail_http_requests_total";
+pub const HTTP_DURATION: &str = "mail_http_request_duration_seconds";
+pub const EMAILS_ACCEPTED: &str = "mail_emails_accepted_total";
+pub const HANDOFF_DURATION: &str = "mail_handoff_duration_seconds";
+pub const SCHEDULED_DUE: &str = "mail_scheduled_emails_due";
+pub const SCHEDULED_OLDEST_AGE: &str = "mail_scheduled_oldest_due_age_seconds";
+pub const WEBHOOK_BACKLOG: &str = "mail_webhook_deliveries_pending";
+pub const WEBHOOK_OLDEST_AGE: &str = "mail_webhook_oldest_pending_age_seconds";
+pub const WEBHOOK_ATTEMPTS: &str = "mail_webhook_delivery_attempts_total";
+pub const FEEDBACK_REPORTS: &str = "mail_feedback_reports_total";
+pub const RATE_LIMITED: &str = "mail_rate_limited_requests_total";
+pub const SQLITE_GROUP_UNITS: &str = "mail_sqlite_write_group_units";
+pub const SQLITE_COMMIT_DURATION: &str = "mail_sqlite_commit_duration_seconds";
+
+/// Latency buckets in seconds: 1 ms to 30 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Units of work per SQLite group commit (the writer takes at most 256).
+const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder for this process (once; later calls
+/// return the same handle) and describes every metric.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(SQLITE_GROUP_UNITS.into()),
+                        GROUP_BUCKETS,
+                    )
+                })
+                .expect("the bucket lists are not empty")
+                .install_recorder()
+                .expect("no other metrics recorder is installed in this process");
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(
+        HTTP_REQUESTS,
+        "HTTP requests answered, by route template, method and status code."
+    );
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "Time to answer an HTTP request, by route template and method."
+    );
+    describe_counter!(
+        EMAILS_ACCEPTED,
+        "Emails accepted, by the outcome of their acceptance: sent, scheduled, suppressed, failed, unknown, canceled (later items of a failed batch)."
+    );
+    describe_histogram!(
+        HANDOFF_DURATION,
+        Unit::Seconds,
+        "Time to hand an email to the transport (screening, signing, SMTP), by outcome."
+    );
+    describe_gauge!(
+        SCHEDULED_DUE,
+        "Scheduled emails whose time has come and that no node has handed off yet."
+    );
+    describe_gauge!(
+        SCHEDULED_OLDEST_AGE,
+        Unit::Seconds,
+        "How long the oldest due scheduled email has been due (0 when none is)."
+    );
+    describe_gauge!(
+        WEBHOOK_BACKLOG,
+        "Webhook deliveries pending in the outbox (due or waiting for a retry)."
+    );
+    describe_gauge!(
+        WEBHOOK_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest pending webhook delivery (0 when none is)."
+    );
+    describe_counter!(
+        WEBHOOK_ATTEMPTS,
+        "Webhook delivery attempts, by result: delivered, http_status, timeout, connect, dns, forbidden_address, request."
+    );
+    describe_counter!(
+        FEEDBACK_REPORTS,
+        "Feedback reports received, by outcome: applied, quarantined, duplicate."
+    );
+    describe_counter!(
+        RATE_LIMITED,
+        "Requests refused with 429 by the tenants' rate limits."
+    );
+    describe_histogram!(
+        SQLITE_GROUP_UNITS,
+        "Units of work the SQLite writer committed in one transaction (group commit)."
+    );
+    describe_histogram!(
+        SQLITE_COMMIT_DURATION,
+        Unit::Seconds,
+        "Time the SQLite writer took to run and commit one group."
+    );
+}
+
+/// Counts `n` accepted emails with their outcome.
+pub fn emails_accepted(outcome: &'static str, n: u64) {
+    metrics::counter!(EMAILS_ACCEPTED, "outcome" => outcome).increment(n);
+}
+
+/// An HTTP method as a label: the methods the API answers, any other as
+/// `other` (a client can send any token as a method).
+pub fn method_label(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PATCH" => "PATCH",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// The operator listener's router: `GET /metrics`.
+pub fn router(service: MailService, handle: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/metrics", get(render))
+        .with_state((service, handle))
+}
+
+async fn render(State((service, handle)): State<(MailService, PrometheusHandle)>) -> Response {
+    if let Err(e) = service.record_queue_gauges().await {
+        tracing::warn!(error = %e, "queue gauges not read; /metrics shows their last values");
+    }
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        handle.render(),
+    )
+        .into_response()
+}
+
+/// Serves `/metrics` on `listener` until the process ends, and drains the
+/// histograms' samples every few seconds between scrapes.
+pub fn spawn(listener: tokio::net::TcpListener, service: MailService) {
+    let handle = install();
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router(service, handle)).await {
+            tracing::error!(error = %e, "the metrics listener stopped");
+        }
+    });
+}
