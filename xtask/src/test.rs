@@ -167,9 +167,8 @@ fn npm_packages(dir: &str, packages: &[&str]) -> Result<()> {
     };
     let mut stale = Vec::new();
     for package in packages {
-        let pinned = version(&dir.join("package.json"), package).with_context(|| {
-            format!("{}/package.json pins no {package} version", dir.display())
-        })?;
+        let pinned = version(&dir.join("package.json"), package)
+            .with_context(|| format!("{}/package.json pins no {package} version", dir.display()))?;
         let installed = version(
             &dir.join("node_modules").join(package).join("package.json"),
             package,
