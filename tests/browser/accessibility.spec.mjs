@@ -266,21 +266,31 @@ try {
   log("Edit and Cancel work with Enter; the focus returns to Edit");
 
   step = "checking prefers-color-scheme and prefers-reduced-motion";
-  const looks = async () =>
-    frame.evaluate(() => {
+  const looks = async (query) => {
+    await frame.waitForFunction((q) => matchMedia(q).matches, query, { timeout: 5000 }).catch(() => {
+      throw new Error(`the panel's frame does not see ${query}`);
+    });
+    return frame.evaluate(() => {
       const spinner = document.createElement("span");
       spinner.className = "spinner";
       document.body.append(spinner);
       const animation = getComputedStyle(spinner).animationName;
       spinner.remove();
-      return { background: getComputedStyle(document.body).backgroundColor, animation };
+      const root = getComputedStyle(document.documentElement);
+      return {
+        background: getComputedStyle(document.body).backgroundColor,
+        variable: root.getPropertyValue("--bg").trim(),
+        sheets: document.styleSheets.length,
+        animation,
+      };
     });
+  };
   await page.emulateMedia({ colorScheme: "light", reducedMotion: "no-preference" });
-  const light = await looks();
+  const light = await looks("(prefers-color-scheme: light) and (prefers-reduced-motion: no-preference)");
   await page.emulateMedia({ colorScheme: "dark", reducedMotion: "reduce" });
-  const dark = await looks();
+  const dark = await looks("(prefers-color-scheme: dark) and (prefers-reduced-motion: reduce)");
   await page.emulateMedia({ colorScheme: "light", reducedMotion: "no-preference" });
-  check(light.background !== dark.background, `the panel's background is ${light.background} in both schemes`);
+  check(light.background !== dark.background, `the panel's background is ${light.background} in both schemes: ${JSON.stringify([light, dark])}`);
   check(light.animation === "spin", `the spinner does not turn normally (${light.animation})`);
   check(dark.animation === "none", `the spinner turns under prefers-reduced-motion (${dark.animation})`);
   log(`the panel's background is ${light.background} light, ${dark.background} dark; the spinner stops for reduced motion`);
