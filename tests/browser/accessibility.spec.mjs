@@ -329,7 +329,13 @@ try {
     const pageWidth = await page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
     check(pageWidth[0] <= pageWidth[1], `at ${width}px the console page scrolls sideways (${pageWidth.join(" > ")})`);
     const path = join(screenshotDir, `panel-${width}.png`);
-    await page.screenshot({ path, fullPage: true });
+    // A viewport as tall as the page rather than `fullPage`: chromium leaves
+    // the out-of-process frame unpainted in a full-page capture.
+    const pageHeight = await page.evaluate(() => document.documentElement.scrollHeight);
+    await page.setViewportSize({ width, height: pageHeight });
+    await settledSize(iframe, frame);
+    await page.waitForTimeout(300);
+    await page.screenshot({ path });
     heights[width] = size.frameHeight;
     log(`${width}px: iframe ${size.frameHeight}px for ${size.content}px of content, no inner scrollbar; ${path}`);
   }
