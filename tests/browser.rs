@@ -5,12 +5,16 @@
 //! (`tests/browser/tracking_domain.spec.mjs`) a page on the customer's
 //! domain loads the script from the project's tracking hostname, whose edge
 //! is Debian's nginx running the exported routing, and the panel counts the
-//! page view.
+//! page view; and (`tests/browser/accessibility.spec.mjs`) the same customer
+//! flow with the keyboard only, audited by axe-core on every console page and
+//! panel state, with the panel's iframe sized to its content at three widths
+//! (screenshots in `target/browser/panel-<width>.png`).
 //!
 //! Needs `node`, `/usr/bin/chromium` (or `$CHROMIUM`) and
-//! `tests/browser/node_modules/playwright-core`. `.ci/run` installs the first
-//! two with apt-get, `cargo xtask test` runs `npm ci` for the third. Without
-//! them the test fails when `CI` is set and is skipped loudly otherwise.
+//! `tests/browser/node_modules/{playwright-core,axe-core}`. `.ci/run`
+//! installs the first two with apt-get, `cargo xtask test` runs `npm ci` for
+//! the others. Without them the test fails when `CI` is set and is skipped
+//! loudly otherwise.
 
 mod support;
 
@@ -53,14 +57,16 @@ fn missing_tools(browser_dir: &Path) -> Vec<String> {
             chromium().display()
         ));
     }
-    if !browser_dir
-        .join("node_modules/playwright-core/package.json")
-        .is_file()
-    {
-        missing.push(format!(
-            "{}/node_modules/playwright-core (`npm ci` there)",
-            browser_dir.display()
-        ));
+    for package in ["playwright-core", "axe-core"] {
+        if !browser_dir
+            .join(format!("node_modules/{package}/package.json"))
+            .is_file()
+        {
+            missing.push(format!(
+                "{}/node_modules/{package} (`npm ci` there)",
+                browser_dir.display()
+            ));
+        }
     }
     missing
 }
@@ -99,23 +105,32 @@ fn run_with_limit(cmd: &mut Command, limit: Duration) -> (Option<i32>, String, S
     (status, out.join().unwrap(), err.join().unwrap())
 }
 
+/// False (after saying so loudly) when this machine lacks what the browser
+/// tests need; fails instead when `CI` is set.
+fn browser_tools_present(browser_dir: &Path) -> bool {
+    let missing = missing_tools(browser_dir);
+    if missing.is_empty() {
+        return true;
+    }
+    let message = format!(
+        "the browser test needs {}. `.ci/run` installs chromium and nodejs with apt-get; \
+         `cargo xtask test` runs `npm ci` in tests/browser",
+        missing.join(", ")
+    );
+    assert!(std::env::var_os("CI").is_none(), "CI is set: {message}");
+    // Straight to stderr: the harness captures `eprintln!` of passing tests.
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n******** SKIPPED the browser test: {message} ********\n"
+    );
+    false
+}
+
 #[test]
 fn customer_sets_up_analytics_in_the_console_and_sees_page_views() {
     let root = workspace_root();
     let browser_dir = root.join("tests/browser");
-    let missing = missing_tools(&browser_dir);
-    if !missing.is_empty() {
-        let message = format!(
-            "the browser test needs {}. `.ci/run` installs chromium and nodejs with apt-get; \
-             `cargo xtask test` runs `npm ci` in tests/browser",
-            missing.join(", ")
-        );
-        assert!(std::env::var_os("CI").is_none(), "CI is set: {message}");
-        // Straight to stderr: the harness captures `eprintln!` of passing tests.
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n******** SKIPPED the browser test: {message} ********\n"
-        );
+    if !browser_tools_present(&browser_dir) {
         return;
     }
 
@@ -164,6 +179,61 @@ fn customer_sets_up_analytics_in_the_console_and_sees_page_views() {
         "{} is a real screenshot",
         screenshot.display()
     );
+}
+
+// ---- the keyboard, axe-core and the panel's size --------------------------
+
+const A11Y_PROJECT: &str = "browser-keyboard";
+const A11Y_PAGE_VIEWS: usize = 2;
+const WIDTHS: [u32; 3] = [360, 768, 1280];
+
+#[test]
+fn the_customer_flow_works_by_keyboard_passes_axe_and_the_panel_fits_its_frame() {
+    let root = workspace_root();
+    let browser_dir = root.join("tests/browser");
+    if !browser_tools_present(&browser_dir) {
+        return;
+    }
+    let platform = Platform::start(A11Y_PROJECT, SECRET, Duration::from_secs(5));
+    let served = platform.serve();
+    let screenshots = root.join("target/browser");
+    let shot = |width: u32| screenshots.join(format!("panel-{width}.png"));
+    for width in WIDTHS {
+        let _ = std::fs::remove_file(shot(width));
+    }
+
+    let (status, stdout, stderr) = run_with_limit(
+        Command::new("node")
+            .arg(browser_dir.join("accessibility.spec.mjs"))
+            .current_dir(root)
+            .env("CONSOLE_URL", format!("{}/console", served.base_url))
+            .env("TOKEN", &platform.token)
+            .env("PROVIDER_URL", platform.fake.base_url())
+            .env("PROJECT", &platform.project)
+            .env("EVENTS", A11Y_PAGE_VIEWS.to_string())
+            .env("SCREENSHOT_DIR", &screenshots)
+            .env("CHROMIUM", chromium()),
+        NODE_LIMIT,
+    );
+    println!("---- node tests/browser/accessibility.spec.mjs ----\n{stdout}{stderr}");
+    assert_eq!(
+        status,
+        Some(0),
+        "the accessibility browser test failed (exit {status:?}, None = killed after {NODE_LIMIT:?}):\n{stderr}"
+    );
+    assert_eq!(platform.fake.events().len(), A11Y_PAGE_VIEWS);
+    assert!(!stdout.contains(&platform.secret) && !stderr.contains(&platform.secret));
+    for width in WIDTHS {
+        let png = std::fs::read(shot(width)).expect("the screenshot was written");
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+            "{} is a real screenshot",
+            shot(width).display()
+        );
+        // The PNG header's width: the page was laid out at this width.
+        let png_width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+        assert_eq!(png_width, width, "{}", shot(width).display());
+    }
 }
 
 // ---- the tracking domain ----------------------------------------------------

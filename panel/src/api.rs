@@ -179,6 +179,13 @@ pub mod outgoing {
     pub const READY: &str = r#"{"type":"platform.ready"}"#;
     pub const SESSION_EXPIRED: &str = r#"{"type":"platform.session-expired"}"#;
     pub const RELOAD: &str = r#"{"type":"platform.reload"}"#;
+
+    /// The height of the panel's content in CSS pixels, sent whenever it
+    /// changes: the console sizes the iframe to it (within its own bounds),
+    /// so the panel never scrolls inside the frame.
+    pub fn resize(height: u32) -> String {
+        format!(r#"{{"type":"platform.resize","height":{height}}}"#)
+    }
 }
 
 /// Inline messages of the setup form.
@@ -396,6 +403,15 @@ pub fn group_thousands(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resize_message_carries_the_height_as_a_number() {
+        let message: serde_json::Value = serde_json::from_str(&outgoing::resize(1234)).unwrap();
+        assert_eq!(
+            message,
+            serde_json::json!({"type": "platform.resize", "height": 1234})
+        );
+    }
 
     #[test]
     fn error_answers_are_sorted_by_code() {

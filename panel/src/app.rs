@@ -8,8 +8,13 @@
 //! answers 401, or the session's `expiresAt` has passed, the panel posts
 //! `{"type":"platform.session-expired"}`, waits for the next session message
 //! and retries the call once.
+//!
+//! Size: a `ResizeObserver` on the document element posts
+//! `{"type":"platform.resize","height":N}` whenever the content's height
+//! changes; the console sizes the iframe to it, so the panel has no
+//! scrollbar of its own.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use leptos::prelude::*;
@@ -74,7 +79,34 @@ pub fn start() {
     };
     leptos::mount::mount_to_body(move || view! { <Panel model=model actions=actions /> });
     listen_for_sessions(app);
+    report_height();
     post_to_console(outgoing::READY);
+}
+
+/// Posts the content's height to the console now and whenever it changes
+/// (a new screen, the stats arriving, the console's width reflowing text).
+fn report_height() {
+    let Some(root) = document().document_element() else {
+        return;
+    };
+    let last = Cell::new(0u32);
+    let measured = root.clone();
+    let on_resize = Closure::<dyn Fn()>::new(move || {
+        // The element's own box: its content, not the frame's viewport
+        // (which `scrollHeight` would report when the frame is taller).
+        let height = measured.get_bounding_client_rect().height().ceil() as u32;
+        if height != last.replace(height) {
+            post_to_console(&outgoing::resize(height));
+        }
+    });
+    // Without ResizeObserver the console keeps its default height.
+    let Ok(observer) = web_sys::ResizeObserver::new(on_resize.as_ref().unchecked_ref()) else {
+        return;
+    };
+    // The document keeps an observer with a target alive; the callback
+    // lives as long as the page.
+    observer.observe(&root);
+    on_resize.forget();
 }
 
 fn listen_for_sessions(app: App) {
@@ -112,7 +144,8 @@ fn listen_for_sessions(app: App) {
     on_message.forget();
 }
 
-/// Posts one of the `outgoing` messages to the console as an object.
+/// Posts one of the `outgoing` messages (JSON text) to the console as an
+/// object.
 fn post_to_console(message: &str) {
     let Ok(Some(parent)) = window().parent() else {
         return;

@@ -374,8 +374,11 @@ fn Card(label: &'static str, value: u64) -> impl IntoView {
 /// The chart's data for screen readers and anyone who prefers numbers.
 #[component]
 fn DayTable(series: Vec<DayPoint>) -> impl IntoView {
+    // Hidden by its wrapper: a table is never narrower than its content,
+    // so `.visually-hidden` on the table itself would widen the panel.
     view! {
-        <table class="visually-hidden">
+        <div class="visually-hidden">
+        <table>
             <caption>"Page views and visitors per day (UTC)"</caption>
             <thead>
                 <tr>
@@ -402,6 +405,7 @@ fn DayTable(series: Vec<DayPoint>) -> impl IntoView {
                     .collect_view()}
             </tbody>
         </table>
+        </div>
     }
 }
 

@@ -1,6 +1,8 @@
 // What the browser specs share: the step timeout, reading the environment,
-// a check that throws with its message, and the line for a passed check.
+// a check that throws with its message, the line for a passed check, and
+// the axe-core audit.
 
+import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 
 export const STEP_TIMEOUT_MS = 30_000;
@@ -23,3 +25,33 @@ export function check(condition, message) {
 }
 
 export const log = (message) => console.log(`  ✓ ${message}`);
+
+let axeSource;
+
+/// Runs axe-core on the document of `target` (a page or a frame) and throws
+/// naming every serious or critical violation. axe is evaluated through the
+/// DevTools protocol, which the console's CSP (`script-src 'self'`) does not
+/// govern, so the pages are audited under their real policy. Frames are
+/// audited on their own (`iframes: false`).
+export async function audit(target, what) {
+  if (!(await target.evaluate(() => typeof window.axe === "object"))) {
+    axeSource ??= readFileSync(new URL("./node_modules/axe-core/axe.min.js", import.meta.url), "utf8");
+    await target.evaluate(axeSource);
+  }
+  const found = await target.evaluate(async () => {
+    const result = await window.axe.run(document, {
+      iframes: false,
+      resultTypes: ["violations"],
+    });
+    return result.violations
+      .filter((v) => v.impact === "serious" || v.impact === "critical")
+      .map(
+        (v) =>
+          `${v.id} (${v.impact}): ${v.help}; at ${v.nodes
+            .slice(0, 4)
+            .map((n) => `${n.target.join(" ")} ${n.failureSummary?.replace(/\s+/g, " ") ?? ""}`)
+            .join(" | ")}`,
+      );
+  });
+  check(found.length === 0, `axe-core found on ${what}:\n    ${found.join("\n    ")}`);
+}

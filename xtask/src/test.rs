@@ -42,8 +42,8 @@ pub fn run(args: &Args) -> Result<()> {
     }
 
     crate::step("[5/8] npm packages of the browser and SDK tests");
-    for (dir, package) in NPM_TESTS {
-        npm_packages(dir, package)?;
+    for (dir, packages) in NPM_TESTS {
+        npm_packages(dir, packages)?;
     }
 
     crate::step("[6/8] the Python packages of mail-service's tests (dkimpy, Resend's SDK)");
@@ -155,22 +155,22 @@ fn python_venv(venv: &str, requirements: &str, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Test directories with a locked npm install, and the package whose pinned
-/// version says whether the install is current.
-const NPM_TESTS: &[(&str, &str)] = &[
-    // The console in chromium (tests/browser.rs).
-    ("tests/browser", "playwright-core"),
+/// Test directories with a locked npm install, and the packages whose pinned
+/// versions say whether the install is current.
+const NPM_TESTS: &[(&str, &[&str])] = &[
+    // The console in chromium, and its accessibility audit (tests/browser.rs).
+    ("tests/browser", &["playwright-core", "axe-core"]),
     // Resend's Node SDK against mail-service (mail-service/tests/sdk.rs).
-    ("mail-service/tests/sdk", "resend"),
+    ("mail-service/tests/sdk", &["resend"]),
 ];
 
-/// Installs `<dir>/node_modules` from its lock file (`npm ci`) when `package`
-/// is missing or not the pinned version. Without npm it says so and goes on:
-/// the tests then name what is missing (and fail when `CI` is set;
-/// `.ci/run` installs nodejs).
-fn npm_packages(dir: &str, package: &str) -> Result<()> {
+/// Installs `<dir>/node_modules` from its lock file (`npm ci`) when one of
+/// `packages` is missing or not the pinned version. Without npm it says so
+/// and goes on: the tests then name what is missing (and fail when `CI` is
+/// set; `.ci/run` installs nodejs).
+fn npm_packages(dir: &str, packages: &[&str]) -> Result<()> {
     let dir = crate::workspace_root().join(dir);
-    let version = |path: &std::path::Path| -> Option<String> {
+    let version = |path: &std::path::Path, package: &str| -> Option<String> {
         let text = std::fs::read_to_string(path).ok()?;
         let json: serde_json::Value = serde_json::from_str(&text).ok()?;
         let field = json
@@ -179,13 +179,24 @@ fn npm_packages(dir: &str, package: &str) -> Result<()> {
             .or_else(|| json.get("version"))?;
         field.as_str().map(str::to_owned)
     };
-    let pinned = version(&dir.join("package.json"))
-        .with_context(|| format!("{}/package.json pins no {package} version", dir.display()))?;
-    let installed = version(&dir.join("node_modules").join(package).join("package.json"));
-    if installed.as_deref() == Some(pinned.as_str()) {
-        println!("    {package} {pinned} is installed in {}", dir.display());
+    let mut stale = Vec::new();
+    for package in packages {
+        let pinned = version(&dir.join("package.json"), package)
+            .with_context(|| format!("{}/package.json pins no {package} version", dir.display()))?;
+        let installed = version(
+            &dir.join("node_modules").join(package).join("package.json"),
+            package,
+        );
+        if installed.as_deref() == Some(pinned.as_str()) {
+            println!("    {package} {pinned} is installed in {}", dir.display());
+        } else {
+            stale.push(*package);
+        }
+    }
+    if stale.is_empty() {
         return Ok(());
     }
+    let package = stale.join(", ");
     if !run::on_path("npm") {
         println!("    npm is not installed; the tests that need {package} will say so");
         return Ok(());

@@ -6,6 +6,22 @@
 // is sandboxed without allow-same-origin, so its origin is opaque and the
 // target origin of postMessage has to be "*"; messages are accepted only
 // from that iframe's own window.
+//
+// A panel also posts {"type":"platform.resize","height":N} with its
+// content's height in CSS pixels; the console sizes the iframe to it,
+// within [MIN_HEIGHT, MAX_HEIGHT], so the panel never scrolls inside.
+
+const MIN_HEIGHT = 120;
+const MAX_HEIGHT = 20000;
+
+/// The iframe height for a reported content height, or null for a report
+/// that is not a number.
+function frameHeight(reported) {
+  if (typeof reported !== "number" || !Number.isFinite(reported)) {
+    return null;
+  }
+  return Math.min(MAX_HEIGHT, Math.max(MIN_HEIGHT, Math.ceil(reported)));
+}
 
 for (const frame of document.querySelectorAll("iframe[data-session-url]")) {
   const problem = frame.parentElement.querySelector(".panel-problem");
@@ -54,6 +70,13 @@ for (const frame of document.querySelectorAll("iframe[data-session-url]")) {
       case "platform.session-expired":
         handSession();
         break;
+      case "platform.resize": {
+        const height = frameHeight(event.data.height);
+        if (height !== null) {
+          frame.style.height = `${height}px`;
+        }
+        break;
+      }
       case "platform.reload":
         // A new document asks for a new session with the new generation.
         frame.src = frame.src;

@@ -10,6 +10,10 @@
 //!   a fresh token that reaches only that project and expires after
 //!   [`ServeOptions::panel_session_ttl`](super::ServeOptions), plus the
 //!   current generation and the API base. It lives in the iframe's memory.
+//! - The iframe's height follows the panel's content: the panel posts
+//!   `platform.resize` with its height and `console.js` sets it (clamped to
+//!   120–20000 px, from that iframe's window only), so a panel never
+//!   scrolls inside its frame.
 //! - Panel files are served from the installed release with
 //!   `Access-Control-Allow-Origin: *` (the sandboxed iframe has an opaque
 //!   origin, so its module script and wasm fetches are CORS requests).
