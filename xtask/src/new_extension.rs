@@ -131,7 +131,9 @@ pub fn run(args: &Args) -> Result<()> {
     );
     println!(
         "    then: see {}",
-        crate::workspace_root().join("docs/first-extension.md").display()
+        crate::workspace_root()
+            .join("docs/first-extension.md")
+            .display()
     );
     Ok(())
 }
