@@ -1,4 +1,4 @@
-//! A plugin developer's first steps, as README's "Your first extension"
+//! A plugin developer's first steps, as docs/first-extension.md
 //! tells them: generate an extension from the template (`cargo xtask
 //! new-extension`), build the component with `cargo component build
 //! --release`, run the project's own tests (the component in host-sim's
@@ -36,7 +36,7 @@ const PROJECT: &str = "tutorial";
 const DEV_PROJECT: &str = "dev";
 const MCP_TOOL: &str = "plugin__hello_ext__greet";
 const SECRET: &str = "upstream-secret-8d1f";
-/// The pinned cargo-component (README, "Your first extension").
+/// The pinned cargo-component (docs/first-extension.md).
 const CARGO_COMPONENT: &str = "cargo-component 0.21.1";
 
 fn run(command: &mut Command) {
@@ -396,7 +396,7 @@ fn greet_over_mcp(base: &str, token: &str, name: &str) -> serde_json::Value {
     })
 }
 
-/// README, "Your first extension", step by step: generate, build, the
+/// docs/first-extension.md, step by step: generate, build, the
 /// project's own tests (in the in-process test host), `host-sim dev` called
 /// over HTTP and MCP, a code change picked up without a restart, and
 /// publishing with a new key. Then the offline recipe's build of the same

@@ -1,8 +1,9 @@
-//! `cargo xtask demo`: the main job. Builds the signed release and the two
+//! `cargo xtask demo`: the main job. Builds the signed release and the three
 //! servers, keeps an operator state in `.demo/`, and runs the Umami provider
-//! fake and `host-sim serve` on loopback until Ctrl-C.
+//! fake, `host-sim serve` and mail-service on loopback until Ctrl-C.
 //!
-//! `.demo/` (gitignored, mode 0700) holds everything a rerun reuses:
+//! `.demo/` (gitignored, mode 0700; `--dir` names another) holds everything
+//! a rerun reuses:
 //!
 //! | path | what |
 //! |---|---|
@@ -10,37 +11,37 @@
 //! | `provider-secret` | the provider's API key, random, made once (0600); never printed |
 //! | `provider.json` | the provider fake's websites and page views |
 //! | `token` | the demo user's token of this run (0600) |
-//! | `host-sim.log`, `umami-fake.log` | the servers' output of this run |
+//! | `mail/` | mail-service's SQLite database and `outbox/`, where each accepted email lands as `<id>.eml` |
+//! | `mail-key` | the mail tenant's API key, made once (0600); never printed |
+//! | `host-sim.log`, `umami-fake.log`, `mail-service.log` | the servers' output of this run |
 
-use std::collections::VecDeque;
+mod mail;
+mod servers;
+
 use std::fs::{self, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use crate::toolchain::WasmToolchain;
 use crate::{release, run};
+use mail::Mail;
+use servers::{Ready, Servers, http_get};
 
 const EXTENSION: &str = "managed-analytics";
 const PROJECT: &str = "demo-shop";
 const USER: &str = "demo";
 const TOKEN_TTL: &str = "24h";
-/// How many lines of a server's stderr an error message shows.
-const TAIL_LINES: usize = 30;
-/// How long a server may take to say it listens, and to stop.
-const START_LIMIT: Duration = Duration::from_secs(60);
-const STOP_LIMIT: Duration = Duration::from_secs(10);
+/// The binaries the demo runs, built in one cargo invocation.
+const SERVERS: [&str; 3] = ["host-sim", "umami-fake", "mail-service"];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -50,21 +51,37 @@ pub struct Args {
     /// Port on 127.0.0.1 for the Umami-compatible provider fake.
     #[arg(long, default_value_t = 3300, value_name = "PORT")]
     pub provider_port: u16,
+    /// Port on 127.0.0.1 for mail-service's API.
+    #[arg(long, default_value_t = 8025, value_name = "PORT")]
+    pub mail_port: u16,
+    /// The demo's state directory (relative paths from the workspace root).
+    #[arg(long, default_value = ".demo", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Use the servers of the last workspace build in target/debug instead
+    /// of building them (the demo's test: a `cargo test` build has the
+    /// same binaries with other features, and building them again would
+    /// rebuild most dependencies).
+    #[arg(long, hide = true)]
+    pub prebuilt: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    if args.port == args.provider_port {
-        bail!(
-            "--port and --provider-port are both {}; give them different ports",
-            args.port
-        );
+    let started = Instant::now();
+    let ports = [
+        (args.port, "--port"),
+        (args.provider_port, "--provider-port"),
+        (args.mail_port, "--mail-port"),
+    ];
+    for (index, (port, flag)) in ports.iter().enumerate() {
+        if let Some((_, other)) = ports[..index].iter().find(|(p, _)| p == port) {
+            bail!("{other} and {flag} are both {port}; give them different ports");
+        }
+        check_port_free(*port, flag)?;
     }
-    check_port_free(args.port, "--port")?;
-    check_port_free(args.provider_port, "--provider-port")?;
     let root = crate::workspace_root();
-    let dir = DemoDir::open(&root.join(".demo"))?;
+    let dir = DemoDir::open(&root.join(&args.dir))?;
 
-    crate::step("[1/5] the signed release (plugin component and panel bundle)");
+    crate::step("[1/6] the signed release (plugin component and panel bundle)");
     let toolchain = WasmToolchain::detect()?;
     let built = release::run(
         &release::Args {
@@ -74,22 +91,41 @@ pub fn run(args: &Args) -> Result<()> {
         &toolchain,
     )?;
 
-    crate::step("[2/5] cargo build --bin host-sim --bin umami-fake (dev profile)");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run::checked(Command::new(cargo).current_dir(root).args([
-        "build",
-        "--bin",
-        "host-sim",
-        "--bin",
-        "umami-fake",
-    ]))?;
     let bin_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(crate::target_root, |dir| root.join(dir))
         .join("debug");
+    if args.prebuilt {
+        crate::step(format!(
+            "[2/6] the servers of the last build in {}",
+            bin_dir.display()
+        ));
+        for server in SERVERS {
+            let path = bin_dir.join(server);
+            if !path.exists() {
+                bail!(
+                    "{} is missing; build it (`cargo build --bin {server}`) or leave out --prebuilt",
+                    path.display()
+                );
+            }
+        }
+    } else {
+        crate::step(format!(
+            "[2/6] cargo build --bin {} (dev profile)",
+            SERVERS.join(" --bin ")
+        ));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.current_dir(&root).arg("build");
+        for server in SERVERS {
+            build.args(["--bin", server]);
+        }
+        run::checked(&mut build)?;
+    }
 
     crate::step(format!(
-        "[3/5] operator steps in {} (project {PROJECT})",
-        dir.host.display()
+        "[3/6] operator steps in {} (project {PROJECT}, mail tenant {})",
+        dir.root.display(),
+        mail::TENANT
     ));
     let operator = Operator {
         host_sim: bin_dir.join("host-sim"),
@@ -100,8 +136,10 @@ pub fn run(args: &Args) -> Result<()> {
     operator.configure(args.provider_port, &dir.secret_file)?;
     let token = operator.issue_token()?;
     dir.write_private(&dir.root.join("token"), &format!("{token}\n"))?;
+    let mail = Mail::new(bin_dir.join("mail-service"), &dir.root);
+    mail.prepare(|path, contents| dir.write_private(path, contents))?;
 
-    // From here on two servers run; Ctrl-C stops them (they sit in process
+    // From here on servers run; Ctrl-C stops them (they sit in process
     // groups of their own, so the terminal's SIGINT reaches only us).
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
@@ -110,7 +148,7 @@ pub fn run(args: &Args) -> Result<()> {
     let mut servers = Servers::default();
 
     crate::step(format!(
-        "[4/5] the provider fake on 127.0.0.1:{}",
+        "[4/6] the provider fake on 127.0.0.1:{}",
         args.provider_port
     ));
     // Checked again: the builds took a while.
@@ -123,20 +161,33 @@ pub fn run(args: &Args) -> Result<()> {
         .arg(dir.root.join("provider.json"))
         // The environment, not an argument: `ps` shows arguments.
         .env("UMAMI_FAKE_SECRET", dir.read_secret()?);
-    let first = servers.start("umami-fake", &mut fake, &dir.root, &stop)?;
-    let Some(first) = first else {
+    let Some(first) = servers.start(
+        "umami-fake",
+        &mut fake,
+        &dir.root,
+        Ready::FirstStdoutLine,
+        &stop,
+    )?
+    else {
         return servers.stop_on_request();
     };
     println!("    {first}");
 
-    crate::step(format!("[5/5] host-sim serve on 127.0.0.1:{}", args.port));
+    crate::step(format!("[5/6] host-sim serve on 127.0.0.1:{}", args.port));
     check_port_free(args.port, "--port")?;
     let mut serve = operator.command();
     serve
         .arg("serve")
         .arg("--listen")
         .arg(format!("127.0.0.1:{}", args.port));
-    let Some(first) = servers.start("host-sim", &mut serve, &dir.root, &stop)? else {
+    let Some(first) = servers.start(
+        "host-sim",
+        &mut serve,
+        &dir.root,
+        Ready::FirstStdoutLine,
+        &stop,
+    )?
+    else {
         return servers.stop_on_request();
     };
     let base = first
@@ -151,6 +202,27 @@ pub fn run(args: &Args) -> Result<()> {
         return servers.stop_on_request();
     }
 
+    crate::step(format!(
+        "[6/6] mail-service serve on 127.0.0.1:{}",
+        args.mail_port
+    ));
+    check_port_free(args.mail_port, "--mail-port")?;
+    let mut mail_serve = mail.command();
+    mail_serve
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", args.mail_port));
+    let Some(mail_base) = servers.start(
+        "mail-service",
+        &mut mail_serve,
+        &dir.root,
+        Ready::StderrPrefix(mail::LISTENING),
+        &stop,
+    )?
+    else {
+        return servers.stop_on_request();
+    };
+
     let configuration = http_get(
         address,
         &format!("/v1/plugins/{EXTENSION}/projects/{PROJECT}/api/configuration"),
@@ -159,7 +231,21 @@ pub fn run(args: &Args) -> Result<()> {
     .ok()
     .filter(|(status, _)| *status == 200)
     .and_then(|(_, body)| serde_json::from_str::<Value>(&body).ok());
-    print_summary(&base, &provider_url, &token, configuration.as_ref(), &dir);
+    print_summary(
+        &Urls {
+            host: &base,
+            provider: &provider_url,
+            mail: &mail_base,
+        },
+        &token,
+        configuration.as_ref(),
+        &dir,
+        &mail,
+    );
+    println!(
+        "  Ready in {:.0?} (builds included; a rerun skips what is built).\n",
+        started.elapsed()
+    );
 
     servers.supervise(&stop)
 }
@@ -380,258 +466,25 @@ impl Operator {
     }
 }
 
-/// A running server and what it said.
-struct Server {
-    name: &'static str,
-    child: std::process::Child,
-    log: PathBuf,
-    tail: Arc<Mutex<VecDeque<String>>>,
-    stderr_reader: Option<JoinHandle<()>>,
-}
-
-impl Server {
-    /// Asks it to stop (SIGTERM), waits, then kills it.
-    fn stop(&mut self) -> Option<ExitStatus> {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            return Some(status);
-        }
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        let asked = Instant::now();
-        while asked.elapsed() < STOP_LIMIT {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!(
-            "    {} did not stop within {STOP_LIMIT:?}; killing it",
-            self.name
-        );
-        let _ = self.child.kill();
-        self.child.wait().ok()
-    }
-
-    /// The last lines of its standard error, once it has exited.
-    fn stderr_tail(&mut self) -> String {
-        if let Some(reader) = self.stderr_reader.take() {
-            let _ = reader.join();
-        }
-        let tail = self.tail.lock().unwrap_or_else(|p| p.into_inner());
-        if tail.is_empty() {
-            "    (it wrote nothing to stderr)".to_owned()
-        } else {
-            tail.iter()
-                .map(|line| format!("    | {line}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        }
-    }
-
-    fn exited(&mut self, status: ExitStatus) -> anyhow::Error {
-        let tail = self.stderr_tail();
-        anyhow::anyhow!(
-            "{} exited unexpectedly ({status}); the end of its stderr (all of it in {}):\n{tail}",
-            self.name,
-            self.log.display(),
-        )
-    }
-}
-
-/// The servers of the demo; dropping this stops them all.
-#[derive(Default)]
-struct Servers {
-    running: Vec<Server>,
-}
-
-impl Servers {
-    /// Starts a server in a process group of its own, copies its output to
-    /// `<dir>/<name>.log`, and waits for its first line on stdout (its
-    /// address). `None` when Ctrl-C came first.
-    fn start(
-        &mut self,
-        name: &'static str,
-        cmd: &mut Command,
-        dir: &Path,
-        stop: &AtomicBool,
-    ) -> Result<Option<String>> {
-        let log_path = dir.join(format!("{name}.log"));
-        let log = Arc::new(Mutex::new(
-            fs::File::create(&log_path)
-                .with_context(|| format!("cannot create {}", log_path.display()))?,
-        ));
-        cmd.stdin(Stdio::null())
-            // Plain text in the log files.
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start `{}`", run::display(cmd)))?;
-        let stdout = child.stdout.take().context("no stdout")?;
-        let stderr = child.stderr.take().context("no stderr")?;
-
-        let (first_line, first) = mpsc::channel();
-        let out_log = log.clone();
-        std::thread::spawn(move || {
-            for (index, line) in BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .enumerate()
-            {
-                if index == 0 {
-                    let _ = first_line.send(line.clone());
-                }
-                let _ = writeln!(out_log.lock().unwrap_or_else(|p| p.into_inner()), "{line}");
-            }
-        });
-        let tail = Arc::new(Mutex::new(VecDeque::new()));
-        let err_tail = tail.clone();
-        let stderr_reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = writeln!(log.lock().unwrap_or_else(|p| p.into_inner()), "{line}");
-                let mut tail = err_tail.lock().unwrap_or_else(|p| p.into_inner());
-                if tail.len() == TAIL_LINES {
-                    tail.pop_front();
-                }
-                tail.push_back(line);
-            }
-        });
-        self.running.push(Server {
-            name,
-            child,
-            log: log_path,
-            tail,
-            stderr_reader: Some(stderr_reader),
-        });
-        let server = self.running.last_mut().expect("just pushed");
-
-        let started = Instant::now();
-        loop {
-            if stop.load(Ordering::SeqCst) {
-                return Ok(None);
-            }
-            match first.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => return Ok(Some(line)),
-                // Its stdout closed without a line: it is exiting.
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-            if let Some(status) = server.child.try_wait()? {
-                return Err(server.exited(status));
-            }
-            if started.elapsed() > START_LIMIT {
-                bail!(
-                    "{name} did not say where it listens within {START_LIMIT:?}; see {}",
-                    server.log.display()
-                );
-            }
-        }
-    }
-
-    /// Waits until `GET /healthz` answers 200. False when Ctrl-C came first.
-    fn wait_healthy(&mut self, address: SocketAddr, stop: &AtomicBool) -> Result<bool> {
-        let started = Instant::now();
-        loop {
-            if stop.load(Ordering::SeqCst) {
-                return Ok(false);
-            }
-            if matches!(http_get(address, "/healthz", None), Ok((200, _))) {
-                return Ok(true);
-            }
-            self.check_running()?;
-            if started.elapsed() > START_LIMIT {
-                bail!("host-sim did not answer /healthz on {address} within {START_LIMIT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Fails with the server's stderr tail when one has exited.
-    fn check_running(&mut self) -> Result<()> {
-        let mut dead = None;
-        for (index, server) in self.running.iter_mut().enumerate() {
-            if let Some(status) = server.child.try_wait()? {
-                dead = Some((index, status));
-                break;
-            }
-        }
-        if let Some((index, status)) = dead {
-            let mut server = self.running.remove(index);
-            self.stop_all();
-            return Err(server.exited(status));
-        }
-        Ok(())
-    }
-
-    /// Runs until Ctrl-C (then stops the servers and answers Ok) or until a
-    /// server dies (then stops the other and fails with its stderr tail).
-    fn supervise(mut self, stop: &AtomicBool) -> Result<()> {
-        while !stop.load(Ordering::SeqCst) {
-            self.check_running()?;
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        self.stop_on_request()
-    }
-
-    fn stop_on_request(mut self) -> Result<()> {
-        println!();
-        crate::step("stopping the servers");
-        self.stop_all();
-        println!(
-            "    stopped; `cargo xtask demo` starts them again with the same data (`rm -rf .demo` starts over)"
-        );
-        Ok(())
-    }
-
-    /// Stops the servers, the last started first.
-    fn stop_all(&mut self) {
-        while let Some(mut server) = self.running.pop() {
-            match server.stop() {
-                Some(status) if status.success() => println!("    {} stopped", server.name),
-                Some(status) => println!("    {} stopped ({status})", server.name),
-                None => println!("    {} could not be waited for", server.name),
-            }
-        }
-    }
-}
-
-impl Drop for Servers {
-    fn drop(&mut self) {
-        self.stop_all();
-    }
-}
-
-/// `GET http://{address}{path}` on loopback: status and body.
-fn http_get(address: SocketAddr, path: &str, bearer: Option<&str>) -> Result<(u16, String)> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into();
-    let mut request = agent.get(format!("http://{address}{path}"));
-    if let Some(token) = bearer {
-        request = request.header("Authorization", format!("Bearer {token}"));
-    }
-    let mut response = request.call()?;
-    let status = response.status().as_u16();
-    Ok((status, response.body_mut().read_to_string()?))
+/// Where the three servers listen.
+struct Urls<'a> {
+    host: &'a str,
+    provider: &'a str,
+    mail: &'a str,
 }
 
 fn print_summary(
-    base: &str,
-    provider: &str,
+    urls: &Urls,
     token: &str,
     configuration: Option<&Value>,
     dir: &DemoDir,
+    mail: &Mail,
 ) {
+    let Urls {
+        host: base,
+        provider,
+        mail: mail_base,
+    } = *urls;
     let api = format!("{base}/v1/plugins/{EXTENSION}/projects/{PROJECT}/api");
     let root = dir.root.display();
     println!();
@@ -671,7 +524,17 @@ fn print_summary(
               -d '{{\"type\":\"event\",\"payload\":{{\"website\":\"{website}\",\"hostname\":\"{hostname}\",\"url\":\"/\"}}}}' \\
               {provider}/api/send
 
-  Logs      {root}/host-sim.log, {root}/umami-fake.log
-"
+  Mail      {mail_base}  (mail-service: tenant {tenant}, SQLite in {mail_dir}, file transport)
+            send an email from {domain} (marked verified for local use); the answer is its id:
+            {curl}
+            each accepted email is written to {outbox}/<id>.eml
+
+  Logs      {root}/host-sim.log, {root}/umami-fake.log, {root}/mail-service.log
+",
+        tenant = mail::TENANT,
+        mail_dir = mail.data_dir.display(),
+        domain = mail::DOMAIN,
+        curl = mail.curl(mail_base),
+        outbox = mail.outbox().display(),
     );
 }

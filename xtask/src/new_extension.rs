@@ -130,8 +130,10 @@ pub fn run(args: &Args) -> Result<()> {
         dir.display()
     );
     println!(
-        "    then: see \"Your first extension\" in {}",
-        crate::workspace_root().join("README.md").display()
+        "    then: see {}",
+        crate::workspace_root()
+            .join("docs/first-extension.md")
+            .display()
     );
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Choosing a toolchain that can build WebAssembly.
 //!
-//! In order (see README, "WebAssembly toolchain"):
+//! In order (see docs/toolchain.md):
 //! 1. the active toolchain, when it has std for both wasm targets;
 //! 2. the active toolchain after `rustup target add`, when rustup can reach
 //!    its servers;
