@@ -246,7 +246,7 @@ async fn readyz_is_503_while_postgresql_is_unreachable_and_200_after() {
         },
         StorageConfig::Sqlite { .. } => unreachable!(),
     };
-    let store = Store::connect(&storage)
+    let store = Store::open(&storage, &db.master_key())
         .await
         .expect("PostgreSQL through the proxy");
     let service = mail_service::service::MailService::start(
