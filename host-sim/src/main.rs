@@ -315,7 +315,13 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
                 trusted_proxies,
                 ..Default::default()
             };
-            return Ok(serve(host.clone(), listen, metrics_listen, options, &banner));
+            return Ok(serve(
+                host.clone(),
+                listen,
+                metrics_listen,
+                options,
+                &banner,
+            ));
         }
         Command::Publisher(_) | Command::Dev(_) | Command::Release(ReleaseCommand::Sign { .. }) => {
             unreachable!("answered before the host state is opened")

@@ -13,42 +13,16 @@ use std::time::{Duration, Instant};
 use common::Provider;
 use common::nginx::{free_port, start_nginx};
 use common::tls::Ca;
-use dns_fixture::{DnsFixture, Record};
+use common::tracking::{HOSTNAME, SECRET, verified};
 use host_sim::state::Step;
-use host_sim::tracking::dns::DnsOptions;
 use host_sim::tracking::edge::{self, Probe};
 use host_sim::tracking::ingress::{self, NginxOptions};
 use host_sim::tracking::tls::TlsOptions;
-use host_sim::{AuthStyle, EdgeRemoval, Host, HostConfig, HostError, Secret, TrackingError};
-
-const INGRESS: &str = "ingress.provider.example";
-const HOSTNAME: &str = "track.shop.example";
-const SECRET: &str = "provider-secret-of-p1";
+use host_sim::{EdgeRemoval, Host, HostError, TrackingError};
 
 /// A host with `track.shop.example` of p1 verified and routed.
 fn routed(provider: &Provider) -> (tempfile::TempDir, Host) {
-    let dir = tempfile::tempdir().unwrap();
-    let host = Host::open(HostConfig::new(dir.path())).unwrap();
-    host.configure_tracking(Some(INGRESS), None, None).unwrap();
-    host.set_binding(
-        "p1",
-        "provider",
-        &provider.origin(),
-        Secret::new(SECRET.to_string()),
-        AuthStyle::Bearer,
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    let dns = DnsFixture::start().unwrap();
-    let added = host.add_tracking_domain("p1", HOSTNAME).unwrap();
-    dns.set(&added.txt_name, [Record::txt(&added.txt_value)]);
-    dns.set(HOSTNAME, [Record::cname(INGRESS)]);
-    let options = DnsOptions {
-        nameservers: vec![dns.addr()],
-        timeout: Duration::from_secs(2),
-    };
-    host.verify_tracking_domain("p1", HOSTNAME, &options)
-        .unwrap();
+    let (dir, host) = verified(provider);
     let plan = host.tracking_plan().unwrap();
     host.apply_tracking_plan(true, Some(&plan.id)).unwrap();
     (dir, host)

@@ -14,45 +14,12 @@ use std::time::Duration;
 
 use common::Provider;
 use common::nginx::{free_port, start_nginx};
+use common::tracking::{HOSTNAME, INGRESS, SECRET, verified};
 use dns_fixture::{DnsFixture, Record};
 use host_sim::state::{StateError, Step, TrackingRefusal};
 use host_sim::tracking::dns::DnsOptions;
 use host_sim::tracking::ingress::{self, Change, NginxOptions};
 use host_sim::{AuthStyle, Host, HostConfig, HostError, Secret, TrackingError};
-
-const INGRESS: &str = "ingress.provider.example";
-const HOSTNAME: &str = "track.shop.example";
-const SECRET: &str = "provider-secret-of-p1";
-
-/// A host with a provider binding for p1 and `track.shop.example` verified
-/// against DNS on loopback.
-fn verified(provider: &Provider) -> (tempfile::TempDir, Host) {
-    let dir = tempfile::tempdir().unwrap();
-    let host = Host::open(HostConfig::new(dir.path())).unwrap();
-    host.configure_tracking(Some(INGRESS), None, None).unwrap();
-    host.set_binding(
-        "p1",
-        "provider",
-        &provider.origin(),
-        Secret::new(SECRET.to_string()),
-        AuthStyle::Bearer,
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    let dns = DnsFixture::start().unwrap();
-    let added = host.add_tracking_domain("p1", HOSTNAME).unwrap();
-    dns.set(&added.txt_name, [Record::txt(&added.txt_value)]);
-    dns.set(HOSTNAME, [Record::cname(INGRESS)]);
-    let options = DnsOptions {
-        nameservers: vec![dns.addr()],
-        timeout: Duration::from_secs(2),
-    };
-    let (domain, _) = host
-        .verify_tracking_domain("p1", HOSTNAME, &options)
-        .unwrap();
-    assert_eq!(domain.step, Step::Verified);
-    (dir, host)
-}
 
 #[test]
 fn apply_needs_yes_and_applies_exactly_the_reviewed_plan() {

@@ -7,6 +7,7 @@
 pub mod guest;
 pub mod nginx;
 pub mod tls;
+pub mod tracking;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
