@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Backend, ServerProcess, TestDb};
+use common::{Backend, SdkServer, TestDb};
 
 fn sdk_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk")
@@ -71,19 +71,8 @@ async fn resend_node_sdk(b: Backend) {
 
     let db = TestDb::new(b);
     let (_, full_key) = common::provision_keys(&db).await;
-    // Domain verification asks a DNS server on loopback that publishes
-    // nothing, so `domains.verify` gets real (negative) answers at once.
-    let dns = dns_fixture::DnsFixture::start().expect("dns fixture");
-    // Webhooks may call the receiver of `webhooks.test.mjs` on loopback.
-    let server = ServerProcess::start(
-        &db.env(),
-        &[
-            ("MAIL_DNS_NAMESERVERS", dns.addr().to_string()),
-            ("MAIL_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "true".into()),
-            ("MAIL_WEBHOOK_ALLOW_HTTP_LOOPBACK", "true".into()),
-            ("MAIL_WEBHOOK_POLL_MS", "50".into()),
-        ],
-    );
+    let sdk = SdkServer::start(&db);
+    let server = &sdk.server;
     let files = test_files(&dir);
     assert!(
         !files.is_empty(),

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Backend, ServerProcess, TestDb};
+use common::{Backend, SdkServer, TestDb};
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk_python/test_resend.py")
@@ -60,18 +60,8 @@ async fn resend_python_sdk(b: Backend) {
     };
     let db = TestDb::new(b);
     let (_, full_key) = common::provision_keys(&db).await;
-    // Domain verification asks a DNS server on loopback that publishes
-    // nothing; webhooks may call the script's receiver on loopback.
-    let dns = dns_fixture::DnsFixture::start().expect("dns fixture");
-    let server = ServerProcess::start(
-        &db.env(),
-        &[
-            ("MAIL_DNS_NAMESERVERS", dns.addr().to_string()),
-            ("MAIL_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "true".into()),
-            ("MAIL_WEBHOOK_ALLOW_HTTP_LOOPBACK", "true".into()),
-            ("MAIL_WEBHOOK_POLL_MS", "50".into()),
-        ],
-    );
+    let sdk = SdkServer::start(&db);
+    let server = &sdk.server;
     let output = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::process::Command::new(&python)

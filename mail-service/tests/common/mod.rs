@@ -608,6 +608,31 @@ impl ServerProcess {
     }
 }
 
+/// A `mail-service serve` process as the SDK tests meet it: domain
+/// verification asks a DNS server on loopback that publishes nothing (so a
+/// verify gets real, negative answers at once), and webhooks may call a
+/// receiver of the SDK's script on loopback, polled every 50 ms.
+pub struct SdkServer {
+    pub server: ServerProcess,
+    _dns: dns_fixture::DnsFixture,
+}
+
+impl SdkServer {
+    pub fn start(db: &TestDb) -> SdkServer {
+        let dns = dns_fixture::DnsFixture::start().expect("dns fixture");
+        let server = ServerProcess::start(
+            &db.env(),
+            &[
+                ("MAIL_DNS_NAMESERVERS", dns.addr().to_string()),
+                ("MAIL_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "true".into()),
+                ("MAIL_WEBHOOK_ALLOW_HTTP_LOOPBACK", "true".into()),
+                ("MAIL_WEBHOOK_POLL_MS", "50".into()),
+            ],
+        );
+        SdkServer { server, _dns: dns }
+    }
+}
+
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
