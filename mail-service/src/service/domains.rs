@@ -47,18 +47,7 @@ fn dkim_key_pair() -> Result<(String, String), Error> {
 impl MailService {
     /// `POST /domains {name, custom_return_path?}`.
     pub async fn create_domain(&self, caller: &Caller, body: &Value) -> Result<Domain, Error> {
-        let Value::Object(obj) = body else {
-            return Err(Error::validation("body", "must be a JSON object"));
-        };
-        if let Some(unknown) = obj
-            .keys()
-            .find(|k| !["name", "custom_return_path", "region"].contains(&k.as_str()))
-        {
-            return Err(Error::validation(
-                unknown.clone(),
-                "unknown property (allowed: name, custom_return_path, region)",
-            ));
-        }
+        let obj = super::body_object(body, &["name", "custom_return_path", "region"])?;
         let name = match obj.get("name") {
             None | Some(Value::Null) => {
                 return Err(Error::MissingField {

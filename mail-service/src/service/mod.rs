@@ -180,3 +180,22 @@ impl MailService {
         self.clock.now_ms()
     }
 }
+
+/// The JSON object a request body must be, with only the `allowed`
+/// properties: otherwise a validation error naming the body or the first
+/// unknown property.
+fn body_object<'a>(
+    body: &'a serde_json::Value,
+    allowed: &[&str],
+) -> Result<&'a serde_json::Map<String, serde_json::Value>, Error> {
+    let serde_json::Value::Object(obj) = body else {
+        return Err(Error::validation("body", "must be a JSON object"));
+    };
+    if let Some(unknown) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(Error::validation(
+            unknown.clone(),
+            format!("unknown property (allowed: {})", allowed.join(", ")),
+        ));
+    }
+    Ok(obj)
+}

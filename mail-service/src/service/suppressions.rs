@@ -37,18 +37,7 @@ impl MailService {
         caller: &Caller,
         body: &Value,
     ) -> Result<Suppression, Error> {
-        let Value::Object(obj) = body else {
-            return Err(Error::validation("body", "must be a JSON object"));
-        };
-        if let Some(unknown) = obj
-            .keys()
-            .find(|k| !["email", "reason"].contains(&k.as_str()))
-        {
-            return Err(Error::validation(
-                unknown.clone(),
-                "unknown property (allowed: email, reason)",
-            ));
-        }
+        let obj = super::body_object(body, &["email", "reason"])?;
         let email = match obj.get("email") {
             None | Some(Value::Null) => {
                 return Err(Error::MissingField {
@@ -152,7 +141,7 @@ impl MailService {
         caller: &Caller,
         body: &Value,
     ) -> Result<Vec<Suppression>, Error> {
-        let obj = batch_object(body, &["emails"])?;
+        let obj = super::body_object(body, &["emails"])?;
         let emails = string_list(obj, "emails")?.ok_or(Error::MissingField {
             field: "emails".into(),
         })?;
@@ -181,7 +170,7 @@ impl MailService {
         caller: &Caller,
         body: &Value,
     ) -> Result<Vec<Suppression>, Error> {
-        let obj = batch_object(body, &["emails", "ids"])?;
+        let obj = super::body_object(body, &["emails", "ids"])?;
         let tenant = caller.principal.tenant_id;
         let mut found: Vec<Suppression> = Vec::new();
         match (string_list(obj, "emails")?, string_list(obj, "ids")?) {
@@ -277,22 +266,6 @@ impl MailService {
 
 /// Most items one batch call takes.
 pub const MAX_SUPPRESSION_BATCH: usize = 100;
-
-fn batch_object<'a>(
-    body: &'a Value,
-    allowed: &[&str],
-) -> Result<&'a serde_json::Map<String, Value>, Error> {
-    let Value::Object(obj) = body else {
-        return Err(Error::validation("body", "must be a JSON object"));
-    };
-    if let Some(unknown) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(Error::validation(
-            unknown.clone(),
-            format!("unknown property (allowed: {})", allowed.join(", ")),
-        ));
-    }
-    Ok(obj)
-}
 
 /// The list of strings `field` holds (1 to 100), `None` when absent.
 fn string_list(

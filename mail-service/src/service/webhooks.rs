@@ -83,7 +83,7 @@ impl MailService {
     /// `POST /webhooks {endpoint, events}`: the webhook with its new secret
     /// (the only time the secret is answered).
     pub async fn create_webhook(&self, caller: &Caller, body: &Value) -> Result<Webhook, Error> {
-        let obj = object(body, &["endpoint", "events"])?;
+        let obj = super::body_object(body, &["endpoint", "events"])?;
         let endpoint = match obj.get("endpoint") {
             None | Some(Value::Null) => {
                 return Err(Error::MissingField {
@@ -148,7 +148,7 @@ impl MailService {
     ) -> Result<Webhook, Error> {
         // Resend's Python SDK repeats the id in the body as `webhook_id`.
         let body = &model::without_path_id(body, &["webhook_id", "id"], id)?;
-        let obj = object(body, &["endpoint", "events", "status", "enabled"])?;
+        let obj = super::body_object(body, &["endpoint", "events", "status", "enabled"])?;
         let mut webhook = self.webhook(caller, id).await?;
         if let Some(v) = obj.get("endpoint").filter(|v| !v.is_null()) {
             webhook.endpoint = self.endpoint(v)?;
@@ -312,22 +312,6 @@ fn not_found() -> Error {
     Error::NotFound {
         what: "webhook".into(),
     }
-}
-
-fn object<'a>(
-    body: &'a Value,
-    allowed: &[&str],
-) -> Result<&'a serde_json::Map<String, Value>, Error> {
-    let Value::Object(obj) = body else {
-        return Err(Error::validation("body", "must be a JSON object"));
-    };
-    if let Some(unknown) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(Error::validation(
-            unknown.clone(),
-            format!("unknown property (allowed: {})", allowed.join(", ")),
-        ));
-    }
-    Ok(obj)
 }
 
 fn events(value: &Value) -> Result<Vec<EventType>, Error> {
