@@ -13,20 +13,12 @@ use std::time::{Duration, Instant};
 use common::Provider;
 use common::nginx::{free_port, start_nginx};
 use common::tls::Ca;
-use common::tracking::{HOSTNAME, SECRET, verified};
+use common::tracking::{HOSTNAME, SECRET, routed};
 use host_sim::state::Step;
 use host_sim::tracking::edge::{self, Probe};
 use host_sim::tracking::ingress::{self, NginxOptions};
 use host_sim::tracking::tls::TlsOptions;
 use host_sim::{EdgeRemoval, Host, HostError, TrackingError};
-
-/// A host with `track.shop.example` of p1 verified and routed.
-fn routed(provider: &Provider) -> (tempfile::TempDir, Host) {
-    let (dir, host) = verified(provider);
-    let plan = host.tracking_plan().unwrap();
-    host.apply_tracking_plan(true, Some(&plan.id)).unwrap();
-    (dir, host)
-}
 
 fn step(host: &Host) -> Option<Step> {
     host.tracking_domain("p1", HOSTNAME).ok().map(|d| d.step)

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::Provider;
 use common::nginx::{free_port, start_nginx};
-use common::tracking::{HOSTNAME, INGRESS, SECRET, verified};
+use common::tracking::{HOSTNAME, INGRESS, SECRET, routed, verified};
 use dns_fixture::{DnsFixture, Record};
 use host_sim::state::{StateError, Step, TrackingRefusal};
 use host_sim::tracking::dns::DnsOptions;
@@ -360,9 +360,7 @@ fn serve_routes_an_applied_hostname_to_exactly_the_two_paths() {
 #[test]
 fn nginx_with_the_exported_config_forwards_only_the_exact_paths() {
     let provider = Provider::start(SECRET);
-    let (_dir, host) = verified(&provider);
-    let plan = host.tracking_plan().unwrap();
-    host.apply_tracking_plan(true, Some(&plan.id)).unwrap();
+    let (_dir, host) = routed(&provider);
 
     let port = free_port();
     let exported = ingress::nginx(
@@ -396,9 +394,7 @@ fn nginx_with_the_exported_config_forwards_only_the_exact_paths() {
 #[test]
 fn nginx_behind_a_trusted_proxy_takes_the_proxy_s_entry_not_the_visitor_s() {
     let provider = Provider::start(SECRET);
-    let (_dir, host) = verified(&provider);
-    let plan = host.tracking_plan().unwrap();
-    host.apply_tracking_plan(true, Some(&plan.id)).unwrap();
+    let (_dir, host) = routed(&provider);
     let port = free_port();
     let exported = ingress::nginx(
         &host.tracking_routes().unwrap(),

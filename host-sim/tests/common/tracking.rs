@@ -1,5 +1,6 @@
 //! A tracking domain ready for the edge tests: a host with p1's provider
-//! binding and `track.shop.example` verified against DNS on loopback.
+//! binding and `track.shop.example` verified against DNS on loopback, and
+//! routed.
 
 use std::time::Duration;
 
@@ -42,5 +43,13 @@ pub fn verified(provider: &Provider) -> (tempfile::TempDir, Host) {
         .verify_tracking_domain("p1", HOSTNAME, &options)
         .unwrap();
     assert_eq!(domain.step, Step::Verified);
+    (dir, host)
+}
+
+/// [`verified`], with the reviewed routing plan applied.
+pub fn routed(provider: &Provider) -> (tempfile::TempDir, Host) {
+    let (dir, host) = verified(provider);
+    let plan = host.tracking_plan().unwrap();
+    host.apply_tracking_plan(true, Some(&plan.id)).unwrap();
     (dir, host)
 }
