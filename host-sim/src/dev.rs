@@ -92,10 +92,16 @@ impl Drop for Watcher {
     }
 }
 
+/// How many polls in a row a changed build must stay the same before it is
+/// read: a build that pauses between its two files (or in the middle of
+/// one, on a loaded machine) is not read half-written.
+const SETTLE_POLLS: u32 = 2;
+
 /// Polls the build's files every `interval`; once a change has settled
-/// (the files stayed the same for one more interval, so a build still
-/// writing is not read half-written), installs the new build and tells
-/// `on_reload`.
+/// (the files stayed the same for [`SETTLE_POLLS`] more intervals),
+/// installs the new build and tells `on_reload`. A refused build whose files
+/// changed while they were read is not reported: the writer was still at
+/// work, and its finished build is read once it settles.
 pub fn watch(
     host: Arc<Host>,
     build: DevBuild,
@@ -109,20 +115,29 @@ pub fn watch(
         .spawn(move || {
             let mut installed = build.fingerprint();
             let mut seen = installed;
+            let mut steady = 0;
             while !stopped.load(Ordering::Relaxed) {
                 std::thread::sleep(interval);
                 let now = build.fingerprint();
-                if now.is_none() || now == installed {
-                    seen = now;
-                    continue;
-                }
                 if now != seen {
                     // Changed since the last look: wait for it to settle.
                     seen = now;
+                    steady = 0;
+                    continue;
+                }
+                if now.is_none() || now == installed {
+                    continue;
+                }
+                steady += 1;
+                if steady < SETTLE_POLLS {
+                    continue;
+                }
+                let outcome = build.install(&host);
+                if outcome.is_err() && build.fingerprint() != now {
                     continue;
                 }
                 installed = now;
-                on_reload(match build.install(&host) {
+                on_reload(match outcome {
                     Ok(summary) => Reload::Installed(summary),
                     Err(error) => Reload::Failed(error),
                 });
