@@ -70,7 +70,7 @@ pub enum Error {
         request_id: String,
     },
     #[error(
-        "If-Match: required; send the email's current revision, the ETag of GET /emails/{{id}} (e.g. If-Match: \"3\")"
+        "If-Match: required (a reschedule is conditional); send the email's current revision as given in the ETag header of GET /emails/{{id}} (also on the answers of POST /emails and PATCH), e.g. If-Match: \"3\""
     )]
     PreconditionRequired,
     #[error("If-Match: {detail}")]

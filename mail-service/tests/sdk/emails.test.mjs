@@ -88,6 +88,9 @@ test('emails.update reschedules with the ETag as If-Match, and needs it', async 
   const bare = await resend.emails.update({ id: data.id, scheduledAt: later });
   assert.equal(bare.error.statusCode, 428);
   assert.equal(bare.error.name, 'precondition_required');
+  // The refusal names the header and where its value comes from.
+  assert.match(bare.error.message, /^If-Match: required/);
+  assert.match(bare.error.message, /ETag header of GET \/emails\/\{id\}/);
   const read = await resend.emails.get(data.id);
   const moved = await resend.emails.update(
     { id: data.id, scheduledAt: later },

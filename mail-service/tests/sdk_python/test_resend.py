@@ -98,12 +98,15 @@ def scheduling():
     )
     got = resend.Emails.get(sent["id"])
     assert got["last_event"] == "scheduled", got
-    # Without If-Match (the SDK never sends it) the service answers 428.
-    refused(
+    # Without If-Match (the SDK never sends it) the service answers 428,
+    # naming the header and where its value comes from.
+    e = refused(
         lambda: resend.Emails.update({"id": sent["id"], "scheduled_at": later.isoformat()}),
         428,
         "precondition_required",
     )
+    assert e.message.startswith("If-Match: required"), e.message
+    assert "ETag header of GET /emails/{id}" in e.message, e.message
     etag = got["http_headers"].get("etag") or got["http_headers"].get("ETag")
     client = IfMatchClient()
     client.if_match = etag
