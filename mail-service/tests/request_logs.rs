@@ -46,8 +46,17 @@ fn json_lines(server: &ServerProcess) -> Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_line_a_request_causes_carries_its_id_also_the_later_ones() {
-    let db = TestDb::new(Backend::Sqlite);
+async fn every_line_a_request_causes_carries_its_id_also_the_later_ones_sqlite() {
+    every_line_a_request_causes_carries_its_id(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_line_a_request_causes_carries_its_id_also_the_later_ones_postgres() {
+    every_line_a_request_causes_carries_its_id(Backend::Postgres).await;
+}
+
+async fn every_line_a_request_causes_carries_its_id(backend: Backend) {
+    let db = TestDb::new(backend);
     let (send_key, full_key) = provision_keys(&db).await;
     let receiver = Receiver::start().await;
     let server = ServerProcess::start(
