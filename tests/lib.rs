@@ -66,3 +66,18 @@ pub fn copy_release(to: &Path) -> PathBuf {
     copy(&release_dir(), &target);
     target
 }
+
+/// A server binary of this workspace's last debug build (`host-sim`,
+/// `mail-service`), which `cargo test --workspace` builds with the tests
+/// (`cargo test -p workspace-tests` alone leaves it as it was: build it
+/// with `cargo build --bin NAME` first).
+pub fn server_binary(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || workspace_root().join("target"),
+        |dir| workspace_root().join(dir),
+    );
+    require(
+        target.join("debug").join(name),
+        &format!("cargo build --bin {name}"),
+    )
+}

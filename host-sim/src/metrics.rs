@@ -9,11 +9,10 @@
 //! is `unresolved`), a binding name the release declares, a host error
 //! code, a status class. No project, token, user, hostname or id.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use ops_metrics::{Profile, PrometheusHandle};
 
 pub const INVOCATIONS: &str = "host_sim_invocations_total";
 pub const INVOCATION_DURATION: &str = "host_sim_invocation_duration_seconds";
@@ -26,27 +25,17 @@ pub const PREPARED: &str = "host_sim_prepared_stores_total";
 pub const PREPARED_USED: &str = "host_sim_prepared_stores_used_total";
 pub const INGRESS: &str = "host_sim_tracking_ingress_requests_total";
 
-/// Latency buckets in seconds: 0.5 ms to 10 s.
-const LATENCY_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+/// host-sim's metrics for the shared recorder: every histogram is a
+/// latency (`ops_metrics::LATENCY_BUCKETS`).
+const PROFILE: Profile = Profile {
+    buckets: &[],
+    describe,
+};
 
 /// Installs the Prometheus recorder for this process (once; later calls
 /// return the same handle) and describes every metric.
 pub fn install() -> PrometheusHandle {
-    HANDLE
-        .get_or_init(|| {
-            let handle = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
-                .expect("the bucket list is not empty")
-                .install_recorder()
-                .expect("no other metrics recorder is installed in this process");
-            describe();
-            handle
-        })
-        .clone()
+    ops_metrics::install(&PROFILE)
 }
 
 fn describe() {

@@ -9,6 +9,12 @@
 //! same group-committing writer), with the API's number of writers and with
 //! 4, and prints the ratio of the API's rate to the best raw rate.
 //!
+//! Metrics on and off in the same run: a second server on the same
+//! database runs with the operator listener (`MAIL_METRICS_LISTEN`, so the
+//! Prometheus recorder records every request, send and commit); its API
+//! slices alternate with the first's (off, on, then on, off), and the ratio
+//! of its rate to the first's is printed.
+//!
 //! `cargo bench -p mail-service --bench send_load`
 //! Environment: MAIL_BENCH_SECONDS (default 15, per load kind), MAIL_BENCH_CONCURRENCY
 //! (default 16), MAIL_BENCH_ONLY (`sqlite` or `postgres`), MAIL_DB_MAX_CONNECTIONS
@@ -195,6 +201,7 @@ async fn load_raw(
                         message_id: format!("<{id}@example.com>"),
                         scheduled_at: None,
                         batch_id: None,
+                        request_id: None,
                     };
                     let log = NewLog {
                         id: service.next_id(),
@@ -235,21 +242,33 @@ async fn run(
         return;
     };
     let (mut child, base) = support::serve(&env);
+    let mut with_metrics = env.clone();
+    with_metrics.push(("MAIL_METRICS_LISTEN".into(), "127.0.0.1:0".into()));
+    let (mut child_on, base_on, metrics) = support::serve_noting_metrics(&with_metrics);
     // Interleave short slices of API load and raw load so both see the same
     // background load on a shared machine; the raw side runs with the API's
     // number of writers and with 4 (more writers than the database likes
     // only adds contention on hot rows), and the best raw rate is the
-    // storage's limit.
+    // storage's limit. The API with metrics on and off alternate which
+    // goes first.
     let rounds = 5;
     let slice = (seconds / rounds).max(1);
     let mut api = Samples::default();
+    let mut api_on = Samples::default();
     let mut raw_same = Samples::default();
     let mut raw_four = Samples::default();
     let mut errors = 0;
-    for _ in 0..rounds {
-        let (latencies, elapsed, e) = load_api(&base, &key, slice, concurrency).await;
-        api.add(latencies, elapsed);
-        errors += e;
+    for round in 0..rounds {
+        for on in [round % 2 == 1, round % 2 == 0] {
+            let (target, samples) = if on {
+                (&base_on, &mut api_on)
+            } else {
+                (&base, &mut api)
+            };
+            let (latencies, elapsed, e) = load_api(target, &key, slice, concurrency).await;
+            samples.add(latencies, elapsed);
+            errors += e;
+        }
         let (latencies, elapsed) = load_raw(
             &store,
             &service,
@@ -264,14 +283,37 @@ async fn run(
             load_raw(&store, &service, record.tenant_id, record.id, slice, 4).await;
         raw_four.add(latencies, elapsed);
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    // The metrics-on server did record (its counter of accepted emails).
+    let exposition = reqwest::get(format!(
+        "http://{}/metrics",
+        metrics.expect("the metrics listener")
+    ))
+    .await
+    .expect("/metrics answers")
+    .text()
+    .await
+    .expect("the exposition");
+    let accepted: f64 = exposition
+        .lines()
+        .filter(|l| l.starts_with("mail_emails_accepted_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    for server in [&mut child, &mut child_on] {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
     let api = api.figures();
+    let api_on = api_on.figures();
     let raw_same = raw_same.figures();
     let raw_four = raw_four.figures();
+    for (variant, figures) in [("off", &api), ("on ", &api_on)] {
+        println!(
+            "{label:<9} API POST /emails, metrics {variant}: {:>7.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} sent, {concurrency} connections)",
+            figures.rate, figures.p50_ms, figures.p99_ms, figures.count
+        );
+    }
     println!(
-        "{label:<9} API POST /emails accepted: {:>7.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} sent, {errors} errors, {concurrency} connections)",
-        api.rate, api.p50_ms, api.p99_ms, api.count
+        "{label:<9} errors: {errors}; the metrics-on server counted {accepted} accepted emails"
     );
     for (writers, raw) in [(concurrency, &raw_same), (4, &raw_four)] {
         println!(
@@ -280,8 +322,15 @@ async fn run(
         );
     }
     println!(
-        "{label:<9} ratio API / best raw rate: {:.2}",
-        api.rate / raw_same.rate.max(raw_four.rate)
+        "{label:<9} ratio API / best raw rate: {:.2} (metrics off), {:.2} (on)",
+        api.rate / raw_same.rate.max(raw_four.rate),
+        api_on.rate / raw_same.rate.max(raw_four.rate)
+    );
+    println!(
+        "{label:<9} ratio metrics on / off: {:.3} (rate), {:.3} (p50), {:.3} (p99)",
+        api_on.rate / api.rate,
+        api_on.p50_ms / api.p50_ms,
+        api_on.p99_ms / api.p99_ms
     );
     store.close().await;
 }

@@ -13,16 +13,8 @@
 //! the database when `/metrics` is scraped, so every node reports the
 //! shared queues' state at the time of the scrape.
 
-use std::sync::OnceLock;
-use std::time::Duration;
-
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use ops_metrics::{Profile, PrometheusHandle};
 
 use crate::service::MailService;
 
@@ -40,35 +32,20 @@ pub const RATE_LIMITED: &str = "mail_rate_limited_requests_total";
 pub const SQLITE_GROUP_UNITS: &str = "mail_sqlite_write_group_units";
 pub const SQLITE_COMMIT_DURATION: &str = "mail_sqlite_commit_duration_seconds";
 
-/// Latency buckets in seconds: 1 ms to 30 s.
-const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
 /// Units of work per SQLite group commit (the writer takes at most 256).
 const GROUP_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 
-static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+/// mail-service's metrics for the shared recorder: the latencies take
+/// `ops_metrics::LATENCY_BUCKETS`, the group size its own.
+const PROFILE: Profile = Profile {
+    buckets: &[(SQLITE_GROUP_UNITS, GROUP_BUCKETS)],
+    describe,
+};
 
 /// Installs the Prometheus recorder for this process (once; later calls
 /// return the same handle) and describes every metric.
 pub fn install() -> PrometheusHandle {
-    HANDLE
-        .get_or_init(|| {
-            let handle = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
-                .and_then(|b| {
-                    b.set_buckets_for_metric(
-                        Matcher::Full(SQLITE_GROUP_UNITS.into()),
-                        GROUP_BUCKETS,
-                    )
-                })
-                .expect("the bucket lists are not empty")
-                .install_recorder()
-                .expect("no other metrics recorder is installed in this process");
-            describe();
-            handle
-        })
-        .clone()
+    ops_metrics::install(&PROFILE)
 }
 
 fn describe() {
@@ -151,43 +128,15 @@ pub fn method_label(method: &str) -> &'static str {
     }
 }
 
-/// The operator listener's router: `GET /metrics`.
-pub fn router(service: MailService, handle: PrometheusHandle) -> Router {
-    Router::new()
-        .route("/metrics", get(render))
-        .with_state((service, handle))
-}
-
-async fn render(State((service, handle)): State<(MailService, PrometheusHandle)>) -> Response {
-    if let Err(e) = service.record_queue_gauges().await {
-        tracing::warn!(error = %e, "queue gauges not read; /metrics shows their last values");
-    }
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        handle.render(),
-    )
-        .into_response()
-}
-
-/// Serves `/metrics` on `listener` until the process ends, and drains the
-/// histograms' samples every few seconds between scrapes.
+/// Serves `/metrics` on `listener` until the process ends; the queue
+/// gauges are read from the database at each scrape.
 pub fn spawn(listener: tokio::net::TcpListener, service: MailService) {
-    let handle = install();
-    let upkeep = handle.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            upkeep.run_upkeep();
-        }
-    });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router(service, handle)).await {
-            tracing::error!(error = %e, "the metrics listener stopped");
+    ops_metrics::spawn(listener, install(), move || {
+        let service = service.clone();
+        async move {
+            if let Err(e) = service.record_queue_gauges().await {
+                tracing::warn!(error = %e, "queue gauges not read; /metrics shows their last values");
+            }
         }
     });
 }

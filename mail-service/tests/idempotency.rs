@@ -210,6 +210,7 @@ async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
         message_id: format!("<{id}@acme.test>"),
         scheduled_at: None,
         batch_id: None,
+        request_id: None,
     };
     app.store
         .reserve_and_store(Some(&reservation), &[orphan], now, now + 60_000, None)

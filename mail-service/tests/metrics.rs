@@ -10,8 +10,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -20,50 +18,8 @@ use common::{Backend, TestApp, TestDb, call_router, email, pg_url};
 use mail_service::clock::rfc3339;
 use mail_service::service::Settings;
 use mail_service::store::{StorageConfig, Store};
+use prometheus_fixture::promtool_problems;
 use serde_json::json;
-
-fn promtool() -> Option<&'static str> {
-    ["/usr/bin/promtool", "/usr/local/bin/promtool"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file())
-}
-
-/// `promtool check metrics` on `exposition`: its complaints, if any.
-/// `None` when promtool is missing outside CI (skipped with a note).
-pub fn promtool_problems(exposition: &str) -> Option<String> {
-    let Some(promtool) = promtool() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "promtool is missing: .ci/run installs Debian's prometheus"
-        );
-        eprintln!("skipped: promtool is not installed (apt-get install prometheus)");
-        return None;
-    };
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(exposition.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(if out.status.success() && said.trim().is_empty() {
-        String::new()
-    } else {
-        format!("exit {:?}: {said}", out.status.code())
-    })
-}
 
 /// The `{…}` label sets of every sample line.
 fn label_sets(exposition: &str) -> Vec<&str> {

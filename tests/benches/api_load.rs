@@ -14,14 +14,22 @@
 //! route's throughput as a ratio of the baselines. It reports; it does not
 //! assert timing. Needs `wrk` (Debian: `apt-get install wrk`).
 //!
+//! Metrics on and off in the same run: the API routes are measured against
+//! this process's server (no metrics recorder, as `serve` without
+//! `--metrics-listen`) and against a second server with the recorder and
+//! the operator listener on (`serve --metrics-listen`), which runs in a
+//! child process of this same binary because the recorder is global to a
+//! process. Slices alternate between the two (off, on, on, off), so both
+//! see the same background load; the ratio on/off is printed per route.
+//!
 //! `cargo bench -p workspace-tests --bench api_load`
 //! (`API_LOAD_SECONDS`, `API_LOAD_CONNECTIONS` change the defaults 10 and 16.)
 
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::io::Write;
-use std::process::Command;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use support::Platform;
@@ -116,22 +124,92 @@ fn wrk(
     figures
 }
 
+/// Set in the child process that serves with metrics on.
+const ROLE: &str = "API_LOAD_ROLE";
+
+/// A platform with a week of page views, served; the URLs and headers of
+/// its two API routes.
+struct Routes {
+    configuration: String,
+    stats: String,
+    bearer: String,
+}
+
+fn provision(platform: &Platform, served: &support::Served) -> (Routes, support::Week) {
+    let api = platform.api_base(served);
+    let week = platform.provision_with_week("Load Shop", "load.example.com");
+    let range = format!("start_at={}&end_at={}", week.start, week.end);
+    (
+        Routes {
+            configuration: format!("{api}/configuration"),
+            stats: format!("{api}/stats?{range}&unit=day"),
+            bearer: format!("Bearer {}", platform.token),
+        },
+        week,
+    )
+}
+
+/// The child: serves with metrics on and prints its routes until its
+/// stdin closes.
+fn serve_with_metrics() {
+    let platform = Platform::start("load-shop", "load-provider-secret", Duration::from_secs(5));
+    let served = platform.serve_with_metrics();
+    let (routes, _) = provision(&platform, &served);
+    println!("configuration {}", routes.configuration);
+    println!("stats {}", routes.stats);
+    println!("bearer {}", routes.bearer);
+    println!("metrics {}", served.metrics.as_deref().unwrap_or_default());
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let mut rest = String::new();
+    let _ = std::io::stdin().read_line(&mut rest);
+}
+
+/// Figures of several slices of one route: throughput and latency averaged.
+fn merge(slices: &[Figures]) -> Figures {
+    let n = slices.len() as f64;
+    Figures {
+        requests_per_sec: slices.iter().map(|f| f.requests_per_sec).sum::<f64>() / n,
+        p50_ms: slices.iter().map(|f| f.p50_ms).sum::<f64>() / n,
+        p99_ms: slices.iter().map(|f| f.p99_ms).sum::<f64>() / n,
+        non_2xx: slices.iter().map(|f| f.non_2xx).sum(),
+    }
+}
+
 fn main() {
+    if std::env::var_os(ROLE).is_some() {
+        return serve_with_metrics();
+    }
     let seconds = env_number("API_LOAD_SECONDS", 10);
     let connections = env_number("API_LOAD_CONNECTIONS", 16);
+    let mut child = Command::new(std::env::current_exe().expect("this bench's path"))
+        .env(ROLE, "metrics-on")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the metrics-on server starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut on = std::collections::HashMap::new();
+    for line in lines.by_ref().map_while(Result::ok) {
+        if line == "ready" {
+            break;
+        }
+        if let Some((key, value)) = line.split_once(' ') {
+            on.insert(key.to_string(), value.to_string());
+        }
+    }
+    let on_metrics = on["metrics"].clone();
+    let on = Routes {
+        configuration: on["configuration"].clone(),
+        stats: on["stats"].clone(),
+        bearer: on["bearer"].clone(),
+    };
+
     let platform = Platform::start("load-shop", "load-provider-secret", Duration::from_secs(5));
     let served = platform.serve();
-    let api = platform.api_base(&served);
-    let support::Week {
-        website,
-        start,
-        end,
-    } = platform.provision_with_week("Load Shop", "load.example.com");
-
-    let bearer = vec![("Authorization", format!("Bearer {}", platform.token))];
+    let (off, week) = provision(&platform, &served);
     let provider = vec![("Authorization", format!("Bearer {}", platform.secret))];
-    let range = format!("start_at={start}&end_at={end}");
-    let runs = [
+    let baselines = [
         (
             "GET /healthz (same server, no invocation)",
             format!("{}/healthz", served.base_url),
@@ -140,31 +218,63 @@ fn main() {
         (
             "provider fake stats, direct",
             format!(
-                "{}/api/websites/{website}/stats?startAt={start}&endAt={end}",
-                platform.fake.base_url()
+                "{}/api/websites/{}/stats?startAt={}&endAt={}",
+                platform.fake.base_url(),
+                week.website,
+                week.start,
+                week.end
             ),
             provider,
         ),
-        (
-            "GET /configuration",
-            format!("{api}/configuration"),
-            bearer.clone(),
-        ),
-        (
-            "GET /stats (unit=day, 7 days)",
-            format!("{api}/stats?{range}&unit=day"),
-            bearer,
-        ),
     ];
     let mut results = Vec::new();
-    for (label, url, headers) in &runs {
-        results.push((*label, wrk(label, url, headers, seconds, connections)));
+    for (label, url, headers) in &baselines {
+        results.push((
+            label.to_string(),
+            wrk(label, url, headers, seconds, connections),
+        ));
     }
+    // Each API route: off and on in alternating slices, `seconds` each.
+    let slice = (seconds / 2).max(1);
+    let mut ratios = Vec::new();
+    for (route, off_url, on_url) in [
+        ("GET /configuration", &off.configuration, &on.configuration),
+        ("GET /stats (unit=day, 7 days)", &off.stats, &on.stats),
+    ] {
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for round in 0..2 {
+            for metrics_on in [round == 1, round == 0] {
+                let (url, bearer, figures) = if metrics_on {
+                    (on_url, &on.bearer, &mut with)
+                } else {
+                    (off_url, &off.bearer, &mut without)
+                };
+                let label = format!("{route}, metrics {}", if metrics_on { "on" } else { "off" });
+                let headers = [("Authorization", bearer.clone())];
+                figures.push(wrk(&label, url, &headers, slice, connections));
+            }
+        }
+        let (without, with) = (merge(&without), merge(&with));
+        ratios.push((route, with.requests_per_sec / without.requests_per_sec));
+        results.push((format!("{route}, metrics off"), without));
+        results.push((format!("{route}, metrics on"), with));
+    }
+    // What the metrics-on server recorded (and that it did record).
+    let exposition = reqwest::blocking::get(format!("http://{on_metrics}/metrics"))
+        .and_then(|r| r.text())
+        .expect("the metrics-on server's /metrics");
+    let recorded: Vec<&str> = exposition
+        .lines()
+        .filter(|l| l.starts_with("host_sim_invocations_total{"))
+        .collect();
+    assert!(!recorded.is_empty(), "metrics were not on:\n{exposition}");
+    drop(child.stdin.take());
+    let _ = child.wait();
 
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "api_load: wrk from a second process, {connections} connections, 2 threads, {seconds} s per route, loopback"
+        "api_load: wrk from a second process, {connections} connections, 2 threads, {seconds} s per route and variant, loopback"
     );
     let _ = writeln!(out, "| route | requests/s | p50 | p99 |");
     let _ = writeln!(out, "|---|---|---|---|");
@@ -184,5 +294,11 @@ fn main() {
             figures.requests_per_sec / healthz,
             figures.requests_per_sec / direct
         );
+    }
+    for (route, ratio) in ratios {
+        let _ = writeln!(out, "{route}: metrics on / off throughput {ratio:.3}");
+    }
+    for line in recorded {
+        let _ = writeln!(out, "recorded by the metrics-on server: {line}");
     }
 }

@@ -158,13 +158,22 @@ fn trust_publishers(trust_dir: &Path) {
 pub struct Served {
     /// `http://127.0.0.1:<port>`
     pub base_url: String,
+    /// `127.0.0.1:<port>` of the operator listener (`/metrics`), when on.
+    pub metrics: Option<String>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Platform {
     pub fn serve(&self) -> Served {
-        serve_host(self.host.clone())
+        serve_host(self.host.clone(), false)
+    }
+
+    /// As `serve --metrics-listen`: the Prometheus recorder installed in
+    /// this process (for good: every host of the process records from now
+    /// on) and `/metrics` on an operator listener of its own.
+    pub fn serve_with_metrics(&self) -> Served {
+        serve_host(self.host.clone(), true)
     }
 
     /// The extension API base of the platform's project.
@@ -176,8 +185,9 @@ impl Platform {
     }
 }
 
-/// Serves every surface of `host` on a free loopback port.
-pub fn serve_host(host: Arc<Host>) -> Served {
+/// Serves every surface of `host` on a free loopback port, and with
+/// `metrics` the operator listener too.
+pub fn serve_host(host: Arc<Host>, metrics: bool) -> Served {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (ready, address) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
@@ -190,8 +200,18 @@ pub fn serve_host(host: Arc<Host>) -> Served {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .expect("a loopback port");
+            let operator = if metrics {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("a loopback port for metrics");
+                let address = listener.local_addr().expect("the bound address");
+                host_sim::serve::metrics::spawn(listener, host.clone());
+                Some(address.to_string())
+            } else {
+                None
+            };
             ready
-                .send(listener.local_addr().expect("the bound address"))
+                .send((listener.local_addr().expect("the bound address"), operator))
                 .expect("the test waits for the address");
             let router = host_sim::serve::router(host, host_sim::serve::ServeOptions::default());
             host_sim::serve::run(listener, router, async {
@@ -201,9 +221,10 @@ pub fn serve_host(host: Arc<Host>) -> Served {
             .expect("the server runs");
         });
     });
-    let address = address.recv().expect("the server starts");
+    let (address, metrics) = address.recv().expect("the server starts");
     Served {
         base_url: format!("http://{address}"),
+        metrics,
         stop: Some(stop),
         thread: Some(thread),
     }

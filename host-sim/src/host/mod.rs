@@ -175,7 +175,7 @@ impl Host {
     pub fn readiness(&self) -> Result<(), String> {
         self.state
             .ping()
-            .map_err(|e| format!("the operator state is unreadable: {e}"))
+            .map_err(|e| format!("the operator state is unreachable: {e}"))
     }
 
     /// The instance pool's gauges for `/metrics`.

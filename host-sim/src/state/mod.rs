@@ -123,13 +123,28 @@ impl State {
         &self.path
     }
 
-    /// Reads the schema from the database file: whether the state answers
-    /// (readiness).
-    pub fn ping(&self) -> Result<()> {
-        self.conn()
-            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |row| {
-                row.get::<_, i64>(0)
-            })?;
+    /// Whether the state answers (readiness): the database file at the
+    /// state's path opens afresh (never created), reads, and holds every
+    /// migration this host knows. A file that was moved away, removed or
+    /// is behind shows here, while the connection the host holds would go
+    /// on reading the file it opened. The reason when it does not.
+    pub fn ping(&self) -> std::result::Result<(), String> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| format!("{} does not open: {e}", self.path.display()))?;
+        conn.busy_timeout(Duration::from_secs(1))
+            .map_err(|e| e.to_string())?;
+        let version = schema::version(&conn)
+            .map_err(|e| format!("{} is unreadable: {e}", self.path.display()))?;
+        if version < schema::LATEST {
+            return Err(format!(
+                "{} has schema version {version}, this host needs {}",
+                self.path.display(),
+                schema::LATEST
+            ));
+        }
         Ok(())
     }
 

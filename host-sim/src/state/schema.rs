@@ -111,6 +111,16 @@ CREATE TABLE tracking_routes (
 "#,
 ];
 
+/// The schema version a database must have for this host.
+pub(super) const LATEST: i64 = MIGRATIONS.len() as i64;
+
+/// The schema version of a database (reading its tables, so a file that is
+/// not a database fails here).
+pub(super) fn version(conn: &Connection) -> Result<i64> {
+    conn.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |_| Ok(()))?;
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+}
+
 /// Applies the migrations the database has not seen, in one transaction.
 pub(super) fn migrate(conn: &mut Connection) -> Result<()> {
     let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;

@@ -6,6 +6,7 @@
 
 pub mod guest;
 pub mod nginx;
+pub mod serve;
 pub mod tls;
 pub mod tracking;
 

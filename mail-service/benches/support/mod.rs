@@ -62,6 +62,13 @@ pub async fn bench_tenant(
 /// the process and its base URL. The server's other stderr lines are
 /// passed on.
 pub fn serve(env: &[(String, String)]) -> (Child, String) {
+    let (child, base, _) = serve_noting_metrics(env);
+    (child, base)
+}
+
+/// [`serve`], and the operator listener's address when the environment
+/// turned it on (`MAIL_METRICS_LISTEN`).
+pub fn serve_noting_metrics(env: &[(String, String)]) -> (Child, String, Option<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mail-service"))
         .arg("serve")
         .env("MAIL_LISTEN", "127.0.0.1:0")
@@ -71,23 +78,32 @@ pub fn serve(env: &[(String, String)]) -> (Child, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("server starts");
+    let metrics_on = env.iter().any(|(k, _)| k == "MAIL_METRICS_LISTEN");
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
+        let mut metrics = None;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.strip_prefix("metrics on http://") {
+                metrics = Some(addr.trim_end_matches("/metrics").to_string());
+                continue;
+            }
             match line.strip_prefix("mail-service listening on ") {
                 Some(addr) if tx.is_some() => {
-                    let _ = tx.take().map(|tx| tx.send(addr.to_string()));
+                    let _ = tx
+                        .take()
+                        .map(|tx| tx.send((addr.to_string(), metrics.take())));
                 }
                 _ => eprintln!("server: {line}"),
             }
         }
     });
-    let base = rx
+    let (base, metrics) = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("server address");
-    (child, base)
+    assert_eq!(metrics.is_some(), metrics_on, "the metrics listener");
+    (child, base, metrics)
 }
 
 /// A fresh PostgreSQL schema for one benchmark run, on the test database

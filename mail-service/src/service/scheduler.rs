@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tracing::Instrument;
 
 use crate::error::Error;
 use crate::model::{self, EmailStatus};
@@ -47,8 +48,18 @@ impl MailService {
 
     /// Hands one claimed email off and records the outcome; never retried.
     /// When the outcome cannot be recorded the email stays `sending` and the
-    /// sweeper declares it `unknown` once its lease has run out.
+    /// sweeper declares it `unknown` once its lease has run out. Its log
+    /// lines carry the id of the request that accepted the email.
     async fn hand_off_claimed(&self, email: ClaimedEmail) {
+        let span = tracing::info_span!(
+            "scheduled_handoff",
+            request_id = email.request_id,
+            email_id = email.id
+        );
+        self.hand_off_claimed_in_span(email).instrument(span).await;
+    }
+
+    async fn hand_off_claimed_in_span(&self, email: ClaimedEmail) {
         let payload = serde_json::to_value(&email.payload.0).unwrap_or_default();
         let (status, detail) = match model::validate_email(&payload) {
             Err(e) => (

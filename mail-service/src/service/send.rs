@@ -447,6 +447,7 @@ impl MailService {
             message_id: transport::message_id_for(id, email),
             scheduled_at,
             batch_id,
+            request_id: Some(caller.request_id),
         }
     }
 
@@ -507,7 +508,9 @@ impl MailService {
     }
 
     /// [`Self::screen_and_hand_off`], timed and counted in the handoff
-    /// latency histogram by outcome.
+    /// latency histogram by outcome, and logged (one `handoff` line, in the
+    /// span of the request or of the scheduled handoff, which carries the
+    /// accepting request's id).
     pub(super) async fn hand_off(
         &self,
         tenant_id: i64,
@@ -520,8 +523,16 @@ impl MailService {
         let handoff = self
             .screen_and_hand_off(tenant_id, email, sender, id, message_id)
             .await;
-        metrics::histogram!(crate::metrics::HANDOFF_DURATION, "outcome" => handoff_outcome(&handoff))
-            .record(started.elapsed().as_secs_f64());
+        let outcome = handoff_outcome(&handoff);
+        let elapsed = started.elapsed();
+        metrics::histogram!(crate::metrics::HANDOFF_DURATION, "outcome" => outcome)
+            .record(elapsed.as_secs_f64());
+        tracing::info!(
+            email_id = id,
+            outcome,
+            elapsed_ms = elapsed.as_millis() as u64,
+            "handoff"
+        );
         handoff
     }
 

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use hickory_resolver::proto::rr::{RData, RecordType};
 use rand::Rng;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::clock::rfc3339;
 use crate::error::Error;
@@ -162,7 +163,18 @@ impl MailService {
         Ok((claim, self.store.claimed_webhook_events(claim).await?))
     }
 
+    /// Makes one delivery attempt and records it; its log lines carry the
+    /// id of the request that caused the event, when one did.
     async fn deliver(&self, claim: i64, delivery: ClaimedDelivery) {
+        let span = tracing::info_span!(
+            "webhook_delivery",
+            request_id = delivery.request_id,
+            event_id = delivery.id
+        );
+        self.deliver_in_span(claim, delivery).instrument(span).await;
+    }
+
+    async fn deliver_in_span(&self, claim: i64, delivery: ClaimedDelivery) {
         let attempted_at = self.clock.now_ms();
         let started = Instant::now();
         let answer = self.post(&delivery, attempted_at).await;

@@ -22,20 +22,22 @@ macro_rules! update_email_outcome {
     };
 }
 
-/// PostgreSQL: the emails of a request from arrays ($3..$12, and their
-/// sending domains in `$domains`) at time $2: `scheduled` when they have a
+/// PostgreSQL: the emails of a request from arrays ($3..$12, their
+/// sending domains in `$domains` and accepting request in `$requests`) at time $2: `scheduled` when they have a
 /// `scheduled_at`, else `sending` with lease $1.
 macro_rules! pg_insert_emails {
-    ($domains:literal) => {
+    ($domains:literal, $requests:literal) => {
         concat!(
-            "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain) \
+            "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain, request_id) \
          SELECT u.id, u.tenant_id, u.api_key_id, CASE WHEN u.scheduled_at IS NULL THEN 'sending' ELSE 'scheduled' END, 1, \
            u.from_addr, u.to_addrs, u.subject, u.payload, u.message_id, u.scheduled_at, u.batch_id, \
-           CASE WHEN u.scheduled_at IS NULL THEN $1::bigint END, $2, $2, u.from_domain \
+           CASE WHEN u.scheduled_at IS NULL THEN $1::bigint END, $2, $2, u.from_domain, u.request_id \
          FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[], ",
             $domains,
-            "::text[]) \
-         AS u(id, tenant_id, api_key_id, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, from_domain)"
+            "::text[], ",
+            $requests,
+            "::bigint[]) \
+         AS u(id, tenant_id, api_key_id, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, from_domain, request_id)"
         )
     };
 }
@@ -53,13 +55,14 @@ const RESERVE_KEY: &str = "INSERT INTO idempotency_keys (tenant_id, scope, idem_
        outcome = excluded.outcome, lease_until = excluded.lease_until, created_at = excluded.created_at, \
        completed_at = excluded.completed_at \
      WHERE idempotency_keys.state = 'completed' AND idempotency_keys.completed_at < $11";
-/// One email ($1..$11) in status $4 with lease $12 at time $13.
-const INSERT_EMAIL: &str = "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain) \
-     VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14)";
-const PG_INSERT_EMAILS: &str = pg_insert_emails!("$13");
+/// One email ($1..$11) in status $4 with lease $12 at time $13, domain $14,
+/// accepted by request $15.
+const INSERT_EMAIL: &str = "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain, request_id) \
+     VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14, $15)";
+const PG_INSERT_EMAILS: &str = pg_insert_emails!("$13", "$14");
 /// PostgreSQL: `RESERVE_KEY` (key $13..$15, body $16, email ids $17, replay
 /// cutoff $18, state $19, answer $20 completed at $21, with the emails'
-/// lease $1 and time $2) and the emails in one statement; the emails are
+/// lease $1 and time $2, domains $22 and requests $23) and the emails in one statement; the emails are
 /// written only when the key was reserved. Yields 1 when reserved, 0 when
 /// the key is held.
 const PG_RESERVE_AND_INSERT_EMAILS: &str = concat!(
@@ -71,7 +74,7 @@ const PG_RESERVE_AND_INSERT_EMAILS: &str = concat!(
        completed_at = excluded.completed_at \
      WHERE idempotency_keys.state = 'completed' AND idempotency_keys.completed_at < $18 RETURNING 1), \
      e AS (",
-    pg_insert_emails!("$22"),
+    pg_insert_emails!("$22", "$23"),
     " WHERE EXISTS (SELECT 1 FROM k)) SELECT count(*) FROM k"
 );
 
@@ -165,7 +168,8 @@ impl Store {
                         e.batch_id,
                         lease,
                         now,
-                        &e.from_domain
+                        &e.from_domain,
+                        e.request_id
                     ],
                 )
             });
@@ -202,7 +206,10 @@ impl Store {
             emails.iter().map(|e| e.scheduled_at).collect::<Vec<_>>(),
             emails.iter().map(|e| e.batch_id).collect::<Vec<_>>()
         ];
-        let domains = params![column(|e| &e.from_domain)];
+        let domains = params![
+            column(|e| &e.from_domain),
+            emails.iter().map(|e| e.request_id).collect::<Vec<_>>()
+        ];
         match reservation {
             None => {
                 values.extend(domains);
@@ -433,7 +440,7 @@ impl Store {
     pub async fn claimed(&self, claim: i64) -> Result<Vec<ClaimedEmail>, Error> {
         Ok(on_db!(self, pool => {
             sqlx::query_as(
-                "SELECT id, tenant_id, payload, message_id, scheduled_at FROM emails \
+                "SELECT id, tenant_id, payload, message_id, scheduled_at, request_id FROM emails \
                  WHERE claim = $1 AND status = 'sending' ORDER BY scheduled_at",
             )
             .bind(claim)

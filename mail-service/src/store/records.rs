@@ -20,6 +20,10 @@ pub struct NewEmail {
     /// Unix ms; `Some` stores the email as `scheduled`.
     pub scheduled_at: Option<i64>,
     pub batch_id: Option<i64>,
+    /// The request that accepted it (its log lines and those of its later
+    /// handoff and webhook deliveries carry this id); `None` for an email
+    /// no request wrote.
+    pub request_id: Option<i64>,
 }
 
 /// An email the scheduler claimed for its handoff.
@@ -30,6 +34,8 @@ pub struct ClaimedEmail {
     pub payload: JsonText<EmailPayload>,
     pub message_id: String,
     pub scheduled_at: Option<i64>,
+    /// The request that accepted it.
+    pub request_id: Option<i64>,
 }
 
 /// Which emails a page of `GET /emails` holds.

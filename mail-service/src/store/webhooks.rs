@@ -84,6 +84,9 @@ pub struct ClaimedDelivery {
     #[sqlx(rename = "event_created_at")]
     pub created_at: i64,
     pub attempts: i64,
+    /// The request that caused the event (an email's accepting request),
+    /// when one did.
+    pub request_id: Option<i64>,
     #[sqlx(flatten)]
     pub webhook: Webhook,
 }
@@ -305,7 +308,7 @@ impl Store {
     pub async fn claimed_webhook_events(&self, claim: i64) -> Result<Vec<ClaimedDelivery>, Error> {
         let rows: Vec<ClaimedDelivery> = on_db!(self, pool => {
             sqlx::query_as(
-                "SELECT e.id AS event_id, e.event_type, e.data, e.created_at AS event_created_at, e.attempts, \
+                "SELECT e.id AS event_id, e.event_type, e.data, e.created_at AS event_created_at, e.attempts, e.request_id, \
                    w.id, w.tenant_id, w.endpoint, w.events, w.secret, w.previous_secret, w.previous_secret_until, \
                    w.status, w.disabled_reason, w.created_at, w.updated_at \
                  FROM webhook_events e JOIN webhooks w ON w.id = e.webhook_id \

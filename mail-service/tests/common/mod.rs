@@ -560,10 +560,11 @@ pub fn smtp_env(sink_port: u16) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// A `mail-service serve` process on a free loopback port.
+/// A `mail-service serve` process on a free loopback port, its stderr kept.
 pub struct ServerProcess {
     pub child: Child,
     pub base: String,
+    stderr: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ServerProcess {
@@ -582,6 +583,8 @@ impl ServerProcess {
         }
         let mut child = cmd.spawn().expect("mail-service binary starts");
         let stderr = child.stderr.take().expect("stderr");
+        let kept: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let lines = kept.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
@@ -593,12 +596,22 @@ impl ServerProcess {
                 } else if line.starts_with("error") {
                     eprintln!("server: {line}");
                 }
+                lines.lock().unwrap().push(line);
             }
         });
         let base = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("server printed its address within 30 s");
-        ServerProcess { child, base }
+        ServerProcess {
+            child,
+            base,
+            stderr: kept,
+        }
+    }
+
+    /// Every line the server wrote to stderr so far.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
     }
 
     /// SIGKILL: no shutdown code runs.
