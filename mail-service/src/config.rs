@@ -95,9 +95,23 @@ pub struct ServeArgs {
     pub smtp_security: SmtpSecurity,
     #[arg(long, env = "MAIL_SMTP_USERNAME")]
     pub smtp_username: Option<String>,
-    /// Prefer the environment variable: flags are visible in process lists.
-    #[arg(long, env = "MAIL_SMTP_PASSWORD", hide_env_values = true)]
+    /// The relay password. Prefer `--smtp-password-file`: a flag is visible
+    /// in process lists, an environment variable to the process's user.
+    #[arg(
+        long,
+        env = "MAIL_SMTP_PASSWORD",
+        hide_env_values = true,
+        conflicts_with = "smtp_password_file"
+    )]
     pub smtp_password: Option<String>,
+    /// A file holding the relay password (one line; a final newline is
+    /// ignored). Read once at start.
+    #[arg(long, env = "MAIL_SMTP_PASSWORD_FILE")]
+    pub smtp_password_file: Option<PathBuf>,
+    /// PEM certificates to trust for the relay's TLS besides the public
+    /// roots (a private relay's CA).
+    #[arg(long, env = "MAIL_SMTP_CA_FILE")]
+    pub smtp_ca_file: Option<PathBuf>,
     /// Name sent in EHLO.
     #[arg(long, env = "MAIL_SMTP_HELO", default_value = "localhost")]
     pub smtp_helo: String,
@@ -182,6 +196,22 @@ pub struct ServeArgs {
     /// reports, the `feedback-smtp` MX); unset: no listener.
     #[arg(long, env = "MAIL_FEEDBACK_LISTEN")]
     pub feedback_listen: Option<String>,
+    /// PEM certificate chain of the feedback listener: with
+    /// `--feedback-tls-key-file` it offers STARTTLS (MTAs that deliver only
+    /// over TLS need it).
+    #[arg(
+        long,
+        env = "MAIL_FEEDBACK_TLS_CERT_FILE",
+        requires = "feedback_tls_key_file"
+    )]
+    pub feedback_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `--feedback-tls-cert-file`.
+    #[arg(
+        long,
+        env = "MAIL_FEEDBACK_TLS_KEY_FILE",
+        requires = "feedback_tls_cert_file"
+    )]
+    pub feedback_tls_key_file: Option<PathBuf>,
     /// Largest feedback message the listener takes, in bytes.
     #[arg(long, env = "MAIL_FEEDBACK_MAX_BYTES", default_value_t = 10 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..))]
     pub feedback_max_bytes: u64,
@@ -215,23 +245,57 @@ impl ServeArgs {
         }
     }
 
-    pub fn transport(&self, storage: &StorageArgs) -> Transport {
-        match &self.smtp_host {
-            Some(host) => Transport::Smtp(SmtpConfig {
-                host: host.clone(),
-                port: self.smtp_port,
-                security: self.smtp_security,
-                username: self.smtp_username.clone(),
-                password: self.smtp_password.clone(),
-                hello_name: self.smtp_helo.clone(),
-                timeout: Duration::from_millis(self.smtp_timeout_ms),
-            }),
-            None => Transport::File(
+    /// The relay (files read, the combination checked), or the file
+    /// transport without `--smtp-host`. Errors name the flag and never
+    /// quote the password.
+    pub fn transport(&self, storage: &StorageArgs) -> Result<Transport, String> {
+        let Some(host) = &self.smtp_host else {
+            return Ok(Transport::File(
                 self.outbox_dir
                     .clone()
                     .unwrap_or_else(|| storage.data_dir.join("outbox")),
-            ),
+            ));
+        };
+        let password = match &self.smtp_password_file {
+            None => self.smtp_password.clone(),
+            Some(file) => {
+                let text = std::fs::read_to_string(file).map_err(|e| {
+                    format!(
+                        "--smtp-password-file {}: cannot be read: {e}",
+                        file.display()
+                    )
+                })?;
+                let line = text.strip_suffix('\n').unwrap_or(&text);
+                let line = line.strip_suffix('\r').unwrap_or(line);
+                if line.is_empty() || line.contains('\n') {
+                    return Err(format!(
+                        "--smtp-password-file {}: must hold the password on one line",
+                        file.display()
+                    ));
+                }
+                Some(line.to_string())
+            }
+        };
+        if password.is_some() && self.smtp_username.is_none() {
+            return Err("a relay password needs --smtp-username".to_string());
         }
+        let ca_pem =
+            match &self.smtp_ca_file {
+                None => None,
+                Some(file) => Some(std::fs::read(file).map_err(|e| {
+                    format!("--smtp-ca-file {}: cannot be read: {e}", file.display())
+                })?),
+            };
+        Transport::smtp(SmtpConfig {
+            host: host.clone(),
+            port: self.smtp_port,
+            security: self.smtp_security,
+            username: self.smtp_username.clone(),
+            password,
+            hello_name: self.smtp_helo.clone(),
+            timeout: Duration::from_millis(self.smtp_timeout_ms),
+            ca_pem,
+        })
     }
 
     pub fn settings(&self) -> Settings {

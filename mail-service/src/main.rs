@@ -239,7 +239,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let store = Store::open(&cli.storage.storage(), &cli.storage.master_key()).await?;
-            let transport = args.transport(&cli.storage);
+            let transport = args.transport(&cli.storage).map_err(anyhow::Error::msg)?;
             tracing::info!(storage = store.backend(), transport = %transport.describe(), listen = %args.listen, "starting");
             let service = MailService::start(
                 store,
@@ -257,10 +257,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let _feedback = match &args.feedback_listen {
                 None => None,
                 Some(addr) => {
+                    let tls = match (&args.feedback_tls_cert_file, &args.feedback_tls_key_file) {
+                        (Some(cert), Some(key)) => Some(
+                            mail_service::feedback::listener::tls_acceptor(cert, key)
+                                .map_err(anyhow::Error::msg)?,
+                        ),
+                        _ => None,
+                    };
+                    let starttls = if tls.is_some() { ", STARTTLS" } else { "" };
                     let listener = tokio::net::TcpListener::bind(addr).await?;
-                    let running =
-                        FeedbackListener::start(listener, service.clone(), args.feedback_limits())?;
-                    eprintln!("feedback SMTP listener on {}", running.addr());
+                    let running = FeedbackListener::start_with_tls(
+                        listener,
+                        service.clone(),
+                        args.feedback_limits(),
+                        tls,
+                    )?;
+                    eprintln!("feedback SMTP listener on {}{starttls}", running.addr());
                     Some(running)
                 }
             };

@@ -6,59 +6,22 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
 
 use lettre::message::header::ContentType;
 use lettre::message::header::{HeaderName, HeaderValue};
 use lettre::message::{Attachment, Message, MultiPart, SinglePart};
-use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
-use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
-use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
 
 use crate::model::ValidatedEmail;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SmtpSecurity {
-    /// Plain TCP (loopback relays, tests).
-    None,
-    /// Plain TCP upgraded with STARTTLS (required).
-    Starttls,
-    /// TLS from the first byte (port 465).
-    Tls,
-}
+mod smtp;
 
-/// Upstream SMTP server. The password never leaves this struct: `Debug`
-/// redacts it and errors never quote it.
-#[derive(Clone)]
-pub struct SmtpConfig {
-    pub host: String,
-    pub port: u16,
-    pub security: SmtpSecurity,
-    pub username: Option<String>,
-    pub password: Option<String>,
-    pub hello_name: String,
-    /// Bound on each SMTP step, including waiting for the reply to the data.
-    pub timeout: Duration,
-}
-
-impl fmt::Debug for SmtpConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SmtpConfig")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("security", &self.security)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("hello_name", &self.hello_name)
-            .field("timeout", &self.timeout)
-            .finish()
-    }
-}
+pub use smtp::{SmtpConfig, SmtpRelay, SmtpSecurity};
 
 #[derive(Debug, Clone)]
 pub enum Transport {
-    Smtp(SmtpConfig),
+    /// A relay, with its pool of open connections.
+    Smtp(Arc<SmtpRelay>),
     /// Writes each accepted message to `<dir>/<email id>.eml` (the embedded
     /// default, so a first send works without an SMTP server).
     File(PathBuf),
@@ -193,9 +156,18 @@ pub fn message_id_for(email_id: i64, email: &ValidatedEmail) -> String {
 }
 
 impl Transport {
+    /// The relay of `config` (checked: see [`SmtpConfig::check`]).
+    pub fn smtp(config: SmtpConfig) -> Result<Transport, String> {
+        config.check()?;
+        Ok(Transport::Smtp(Arc::new(SmtpRelay::new(config))))
+    }
+
     pub fn describe(&self) -> String {
         match self {
-            Transport::Smtp(c) => format!("smtp://{}:{} ({:?})", c.host, c.port, c.security),
+            Transport::Smtp(relay) => {
+                let c = relay.config();
+                format!("smtp://{}:{} ({:?})", c.host, c.port, c.security)
+            }
             Transport::File(dir) => format!("file:{}", dir.display()),
         }
     }
@@ -223,7 +195,7 @@ impl Transport {
                 file.extend_from_slice(&bytes);
                 write_file(dir, envelope.email_id, file).await
             }
-            Transport::Smtp(config) => smtp_handoff(config, &smtp_envelope, bytes).await,
+            Transport::Smtp(relay) => relay.handoff(&smtp_envelope, &bytes).await,
         }
     }
 }
@@ -335,135 +307,6 @@ async fn write_file(dir: &std::path::Path, email_id: i64, bytes: Vec<u8>) -> Han
         Ok(()) => Handoff::Accepted,
         Err(e) => Handoff::Rejected(format!("file transport could not write the message: {e}")),
     }
-}
-
-fn smtp_reply(e: &lettre::transport::smtp::Error) -> Option<String> {
-    if e.is_permanent() || e.is_transient() {
-        let kind = if e.is_permanent() {
-            "rejected"
-        } else {
-            "deferred"
-        };
-        Some(format!("upstream {kind} it: {e}"))
-    } else {
-        None
-    }
-}
-
-async fn step<T>(
-    timeout: Duration,
-    what: &str,
-    f: impl Future<Output = Result<T, lettre::transport::smtp::Error>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(timeout, f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(smtp_reply(&e).unwrap_or_else(|| format!("upstream {what} failed: {e}"))),
-        Err(_) => Err(format!("upstream {what} timed out after {timeout:?}")),
-    }
-}
-
-async fn smtp_handoff(
-    config: &SmtpConfig,
-    envelope: &lettre::address::Envelope,
-    bytes: Vec<u8>,
-) -> Handoff {
-    let hello = ClientId::Domain(config.hello_name.clone());
-    let tls =
-        || TlsParameters::new(config.host.clone()).map_err(|e| format!("TLS setup failed: {e}"));
-    let wrapper_tls = match config.security {
-        SmtpSecurity::Tls => match tls() {
-            Ok(p) => Some(p),
-            Err(e) => return Handoff::Rejected(e),
-        },
-        _ => None,
-    };
-    // Everything before the message data: a failure means it was not sent.
-    let connected = async {
-        let mut conn = step(
-            config.timeout,
-            "connection",
-            AsyncSmtpConnection::connect_tokio1(
-                (config.host.as_str(), config.port),
-                Some(config.timeout),
-                &hello,
-                wrapper_tls,
-                None,
-            ),
-        )
-        .await?;
-        if config.security == SmtpSecurity::Starttls {
-            let params = tls()?;
-            step(config.timeout, "STARTTLS", conn.starttls(params, &hello)).await?;
-        }
-        if let (Some(user), Some(password)) = (&config.username, &config.password) {
-            let credentials = Credentials::new(user.clone(), password.clone());
-            step(
-                config.timeout,
-                "authentication",
-                conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials),
-            )
-            .await?;
-        }
-        let mut options = Vec::new();
-        let non_ascii_address = envelope
-            .from()
-            .into_iter()
-            .chain(envelope.to())
-            .any(|a: &lettre::Address| !AsRef::<str>::as_ref(a).is_ascii());
-        if non_ascii_address {
-            if !conn.server_info().supports_feature(Extension::SmtpUtfEight) {
-                return Err(
-                    "upstream does not support SMTPUTF8 for non-ASCII addresses".to_string()
-                );
-            }
-            options.push(MailParameter::SmtpUtfEight);
-        }
-        if !bytes.is_ascii() && conn.server_info().supports_feature(Extension::EightBitMime) {
-            options.push(MailParameter::Body(MailBodyParameter::EightBitMime));
-        }
-        step(
-            config.timeout,
-            "MAIL FROM",
-            conn.command(Mail::new(envelope.from().cloned(), options)),
-        )
-        .await?;
-        for rcpt in envelope.to() {
-            step(
-                config.timeout,
-                "RCPT TO",
-                conn.command(Rcpt::new(rcpt.clone(), vec![])),
-            )
-            .await?;
-        }
-        step(config.timeout, "DATA", conn.command(Data)).await?;
-        Ok((conn, bytes))
-    }
-    .await;
-    let (mut conn, bytes) = match connected {
-        Ok(v) => v,
-        Err(detail) => return Handoff::Rejected(detail),
-    };
-    // From here on the provider may have the message: only an explicit
-    // reply code proves it was not accepted.
-    let outcome = match tokio::time::timeout(config.timeout, conn.message(&bytes)).await {
-        Ok(Ok(_)) => Handoff::Accepted,
-        Ok(Err(e)) => match smtp_reply(&e) {
-            Some(detail) => Handoff::Rejected(detail),
-            None => Handoff::Unknown(format!(
-                "connection lost after the message data was sent: {e}"
-            )),
-        },
-        Err(_) => Handoff::Unknown(format!(
-            "no reply to the message data within {:?}",
-            config.timeout
-        )),
-    };
-    if outcome == Handoff::Accepted {
-        let _ = tokio::time::timeout(config.timeout, conn.quit()).await;
-    } else {
-        let _ = tokio::time::timeout(Duration::from_millis(200), conn.abort()).await;
-    }
-    outcome
 }
 
 #[cfg(test)]

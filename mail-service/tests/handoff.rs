@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Backend, TestApp, email, smtp};
+use common::{Backend, TestApp, email, smtp, smtp_config};
 use mail_service::service::Settings;
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
 use serde_json::json;
@@ -175,10 +175,9 @@ async fn upstream_down_is_502_not_sent(b: Backend) {
 
 async fn refused_login_is_502_and_never_shows_the_password(b: Backend) {
     let sink = SmtpSink::start(0, SinkMode::Accept).await.unwrap();
-    let mut transport = smtp(sink.port(), Duration::from_secs(5));
-    if let mail_service::transport::Transport::Smtp(config) = &mut transport {
-        config.username = Some("reject-me".into());
-    }
+    let mut config = smtp_config(sink.port(), Duration::from_secs(5));
+    config.username = Some("reject-me".into());
+    let transport = mail_service::transport::Transport::smtp(config).unwrap();
     let app = TestApp::with(b, Some(transport), Settings::default()).await;
     let resp = app.send(&email()).await;
     resp.expect(502, "handoff_failed");

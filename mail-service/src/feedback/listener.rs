@@ -10,8 +10,12 @@
 //! few idle connections would hold the listener; here every read has a
 //! deadline, connections are bounded, and the listener stops with the
 //! service. It speaks the small part of SMTP a feedback MX needs (EHLO,
-//! MAIL, RCPT, DATA, RSET, NOOP, QUIT; no TLS or AUTH: reports are public
-//! by nature and every one is checked by its return-path token).
+//! MAIL, RCPT, DATA, RSET, NOOP, QUIT, and STARTTLS when it has a
+//! certificate, for MTAs that deliver only over TLS; no AUTH: reports are
+//! public by nature and every one is checked by its return-path token).
+//! After STARTTLS everything is forgotten (RFC 3207): the greeting, the
+//! envelope, and any command the client pipelined behind STARTTLS, which
+//! is discarded, never executed inside the encrypted session.
 //!
 //! Limits: `SIZE` is advertised and a larger declared size is refused at
 //! `MAIL FROM` (552); a message whose data grows past it is read to its end
@@ -24,9 +28,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
 use crate::service::{FeedbackSource, Ingested, MailService};
 
@@ -75,14 +80,25 @@ impl Drop for FeedbackListener {
 }
 
 impl FeedbackListener {
-    /// Serves on `listener` until dropped.
+    /// Serves on `listener` until dropped, without TLS.
     pub fn start(
         listener: TcpListener,
         service: MailService,
         limits: ListenerLimits,
     ) -> std::io::Result<FeedbackListener> {
+        Self::start_with_tls(listener, service, limits, None)
+    }
+
+    /// Serves on `listener` until dropped, offering STARTTLS with `tls`
+    /// when given (see [`tls_acceptor`]).
+    pub fn start_with_tls(
+        listener: TcpListener,
+        service: MailService,
+        limits: ListenerLimits,
+        tls: Option<TlsAcceptor>,
+    ) -> std::io::Result<FeedbackListener> {
         let addr = listener.local_addr()?;
-        let task = tokio::spawn(serve(listener, service, limits));
+        let task = tokio::spawn(serve(listener, service, limits, tls));
         Ok(FeedbackListener { addr, task })
     }
 
@@ -116,7 +132,12 @@ impl PeerRates {
     }
 }
 
-async fn serve(listener: TcpListener, service: MailService, limits: ListenerLimits) {
+async fn serve(
+    listener: TcpListener,
+    service: MailService,
+    limits: ListenerLimits,
+    tls: Option<TlsAcceptor>,
+) {
     let limits = Arc::new(limits);
     let rates = Arc::new(PeerRates::default());
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -136,9 +157,11 @@ async fn serve(listener: TcpListener, service: MailService, limits: ListenerLimi
             continue;
         };
         let (service, limits, rates) = (service.clone(), limits.clone(), rates.clone());
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            if let Err(e) = session(stream, peer.ip(), &service, &limits, &rates).await {
+            let peer_ip = peer.ip();
+            if let Err(e) = session(stream, peer_ip, &service, &limits, &rates, tls).await {
                 tracing::debug!(peer = %peer, error = %e, "feedback session ended");
             }
         });
@@ -160,42 +183,102 @@ async fn read_line<R: AsyncRead + Unpin>(
     Ok((read > 0).then_some(()))
 }
 
+/// Who the session is with and what it may use.
+struct Peer<'a> {
+    ip: IpAddr,
+    service: &'a MailService,
+    limits: &'a ListenerLimits,
+    rates: &'a PeerRates,
+}
+
+/// How a run of commands ended.
+enum Ended {
+    Closed,
+    StartTls,
+}
+
 async fn session(
     stream: TcpStream,
-    peer: IpAddr,
+    ip: IpAddr,
     service: &MailService,
     limits: &ListenerLimits,
     rates: &PeerRates,
+    tls: Option<TlsAcceptor>,
 ) -> std::io::Result<()> {
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
-    write
+    let peer = Peer {
+        ip,
+        service,
+        limits,
+        rates,
+    };
+    let mut plain = BufReader::new(stream);
+    plain
         .write_all(b"220 mail-service feedback ESMTP\r\n")
         .await?;
+    let Some(acceptor) = tls else {
+        commands(&mut plain, &peer, false).await?;
+        return Ok(());
+    };
+    match commands(&mut plain, &peer, true).await? {
+        Ended::Closed => Ok(()),
+        Ended::StartTls => {
+            // Whatever the client sent behind STARTTLS is dropped with the
+            // plain reader's buffer.
+            let stream = plain.into_inner();
+            let encrypted = tokio::time::timeout(limits.read_timeout, acceptor.accept(stream))
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")
+                })??;
+            commands(&mut BufReader::new(encrypted), &peer, false).await?;
+            Ok(())
+        }
+    }
+}
+
+/// Serves commands until the client quits or leaves, or (when
+/// `offer_tls`) asks for STARTTLS, which is answered here and performed by
+/// the caller.
+async fn commands<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut BufReader<S>,
+    peer: &Peer<'_>,
+    offer_tls: bool,
+) -> std::io::Result<Ended> {
+    let Peer {
+        ip: peer,
+        service,
+        limits,
+        rates,
+    } = *peer;
     let mut line = Vec::new();
     let mut mail_from: Option<String> = None;
     let mut rcpt_to: Vec<String> = Vec::new();
     loop {
-        if read_line(
-            &mut reader,
-            &mut line,
-            MAX_COMMAND_LINE,
-            limits.read_timeout,
-        )
-        .await?
-        .is_none()
+        if read_line(conn, &mut line, MAX_COMMAND_LINE, limits.read_timeout)
+            .await?
+            .is_none()
         {
-            return Ok(());
+            return Ok(Ended::Closed);
         }
         let text = String::from_utf8_lossy(&line);
         let command = text.trim_end_matches(['\r', '\n']);
         let upper = command.to_ascii_uppercase();
         let reply: Vec<u8> = if upper.starts_with("EHLO") {
             format!(
-                "250-mail-service feedback\r\n250-SIZE {}\r\n250-8BITMIME\r\n250-SMTPUTF8\r\n250 ENHANCEDSTATUSCODES\r\n",
-                limits.max_message_bytes
+                "250-mail-service feedback\r\n250-SIZE {}\r\n250-8BITMIME\r\n250-SMTPUTF8\r\n{}250 ENHANCEDSTATUSCODES\r\n",
+                limits.max_message_bytes,
+                if offer_tls { "250-STARTTLS\r\n" } else { "" }
             )
             .into_bytes()
+        } else if upper == "STARTTLS" {
+            if !offer_tls {
+                b"502 5.5.1 TLS is not available or already active\r\n".to_vec()
+            } else if mail_from.is_some() {
+                b"503 5.5.1 STARTTLS only before MAIL\r\n".to_vec()
+            } else {
+                conn.write_all(b"220 2.0.0 Ready to start TLS\r\n").await?;
+                return Ok(Ended::StartTls);
+            }
         } else if upper.starts_with("HELO") || upper == "NOOP" {
             b"250 2.0.0 OK\r\n".to_vec()
         } else if let Some(rest) = upper.strip_prefix("MAIL FROM:") {
@@ -239,10 +322,9 @@ async fn session(
             if rcpt_to.is_empty() {
                 b"503 5.5.1 RCPT first\r\n".to_vec()
             } else {
-                write
-                    .write_all(b"354 End data with <CR><LF>.<CR><LF>\r\n")
+                conn.write_all(b"354 End data with <CR><LF>.<CR><LF>\r\n")
                     .await?;
-                let data = read_data(&mut reader, limits).await?;
+                let data = read_data(conn, limits).await?;
                 let rcpts = std::mem::take(&mut rcpt_to);
                 mail_from = None;
                 match data {
@@ -278,12 +360,12 @@ async fn session(
             rcpt_to.clear();
             b"250 2.0.0 OK\r\n".to_vec()
         } else if upper == "QUIT" {
-            write.write_all(b"221 2.0.0 Bye\r\n").await?;
-            return Ok(());
+            conn.write_all(b"221 2.0.0 Bye\r\n").await?;
+            return Ok(Ended::Closed);
         } else {
             b"502 5.5.2 Command not recognized\r\n".to_vec()
         };
-        write.write_all(&reply).await?;
+        conn.write_all(&reply).await?;
     }
 }
 
@@ -320,4 +402,41 @@ async fn read_data<R: AsyncRead + Unpin>(
         }
         data.extend_from_slice(unstuffed);
     }
+}
+
+/// The acceptor for STARTTLS from a PEM certificate chain and its PEM
+/// private key. The errors name the file, never the key's bytes.
+pub fn tls_acceptor(
+    cert_file: &std::path::Path,
+    key_file: &std::path::Path,
+) -> Result<TlsAcceptor, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(cert_file)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: not a PEM certificate chain: {e}", cert_file.display()))?;
+    if chain.is_empty() {
+        return Err(format!("{}: holds no certificate", cert_file.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|_| {
+        format!(
+            "{}: not a PEM private key (PKCS#8, PKCS#1 or SEC1)",
+            key_file.display()
+        )
+    })?;
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS setup failed: {e}"))?
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .map_err(|e| {
+        format!(
+            "{} and {} do not make a TLS identity: {e}",
+            cert_file.display(),
+            key_file.display()
+        )
+    })?;
+    Ok(TlsAcceptor::from(std::sync::Arc::new(config)))
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod feedback;
+pub mod mta;
 pub mod receiver;
 pub mod webhooks;
 
@@ -253,7 +254,12 @@ impl Drop for TestDb {
 }
 
 pub fn smtp(port: u16, timeout: Duration) -> Transport {
-    Transport::Smtp(SmtpConfig {
+    Transport::smtp(smtp_config(port, timeout)).unwrap()
+}
+
+/// The test sink on loopback, in clear, with a user and password.
+pub fn smtp_config(port: u16, timeout: Duration) -> SmtpConfig {
+    SmtpConfig {
         host: "127.0.0.1".into(),
         port,
         security: SmtpSecurity::None,
@@ -261,7 +267,8 @@ pub fn smtp(port: u16, timeout: Duration) -> Transport {
         password: Some("relay-password-S3CRET".into()),
         hello_name: "test.local".into(),
         timeout,
-    })
+        ca_pem: None,
+    }
 }
 
 pub struct TestApp {
