@@ -265,6 +265,13 @@ impl ServeArgs {
                         file.display()
                     )
                 })?;
+                use std::os::unix::fs::PermissionsExt;
+                if std::fs::metadata(file).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+                    tracing::warn!(
+                        file = %file.display(),
+                        "the relay password file can be read by other users; chmod 600 it"
+                    );
+                }
                 let line = text.strip_suffix('\n').unwrap_or(&text);
                 let line = line.strip_suffix('\r').unwrap_or(line);
                 if line.is_empty() || line.contains('\n') {

@@ -328,7 +328,120 @@ async fn a_bounce_travels_the_whole_loop(b: Backend) {
     );
 }
 
+/// With a certificate the listener offers STARTTLS; a command pipelined
+/// behind STARTTLS in clear is discarded, never run inside the encrypted
+/// session (RFC 3207), and the session starts over there.
+async fn starttls_starts_over_and_drops_what_was_pipelined(b: Backend) {
+    use rustls::pki_types::ServerName;
+    let app = TestApp::start(b).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = params.self_signed(&ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, leaf.pem()).unwrap();
+    std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
+    let tls = mail_service::feedback::listener::tls_acceptor(&cert, &key).unwrap();
+    let std = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std.set_nonblocking(true).unwrap();
+    let listener = FeedbackListener::start_with_tls(
+        tokio::net::TcpListener::from_std(std).unwrap(),
+        app.service.clone(),
+        ListenerLimits::default(),
+        Some(tls),
+    )
+    .unwrap();
+    // The key file's bytes never show in its errors.
+    let err = mail_service::feedback::listener::tls_acceptor(&key, &key).unwrap_err();
+    assert!(
+        err.contains("not a PEM certificate") || err.contains("holds no certificate"),
+        "{err}"
+    );
+
+    let mut stream = BufReader::new(
+        tokio::net::TcpStream::connect(listener.addr())
+            .await
+            .unwrap(),
+    );
+    let mut line = String::new();
+    stream.read_line(&mut line).await.unwrap();
+    stream
+        .get_mut()
+        .write_all(b"EHLO mx.test\r\n")
+        .await
+        .unwrap();
+    let mut ehlo = String::new();
+    while !ehlo.contains("250 ") {
+        stream.read_line(&mut ehlo).await.unwrap();
+    }
+    assert!(ehlo.contains("250-STARTTLS"), "{ehlo}");
+    stream
+        .get_mut()
+        .write_all(b"STARTTLS\r\nMAIL FROM:<injected@evil.test>\r\n")
+        .await
+        .unwrap();
+    line.clear();
+    stream.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("220"), "{line}");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let encrypted = connector
+        .connect(
+            ServerName::try_from("127.0.0.1").unwrap(),
+            stream.into_inner(),
+        )
+        .await
+        .expect("the TLS handshake");
+    let mut encrypted = BufReader::new(encrypted);
+    // The injected MAIL FROM was dropped: a new MAIL is not "sender
+    // already given", and EHLO no longer offers STARTTLS.
+    encrypted
+        .get_mut()
+        .write_all(b"EHLO mx.test\r\n")
+        .await
+        .unwrap();
+    let mut again = String::new();
+    while !again.contains("250 ") {
+        encrypted.read_line(&mut again).await.unwrap();
+    }
+    assert!(
+        again.starts_with("250-") && !again.contains("STARTTLS"),
+        "{again}"
+    );
+    encrypted
+        .get_mut()
+        .write_all(b"MAIL FROM:<>\r\n")
+        .await
+        .unwrap();
+    line.clear();
+    encrypted.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("250 2.1.0"), "{line}");
+    encrypted
+        .get_mut()
+        .write_all(b"STARTTLS\r\n")
+        .await
+        .unwrap();
+    line.clear();
+    encrypted.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("502"), "no second STARTTLS: {line}");
+}
+
 on_both_backends!(
+    starttls_starts_over_and_drops_what_was_pipelined,
     the_listener_bounds_size_and_rate,
     idle_and_excess_connections_are_let_go,
     serve_runs_the_listener_when_asked,

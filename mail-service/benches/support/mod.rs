@@ -1,6 +1,10 @@
 //! What the benchmarks share: a bench tenant with a key, no effective
 //! rate limit and `example.com` marked verified, and a `mail-service serve` process on loopback.
 
+// Used by the load benchmarks only.
+#[allow(dead_code)]
+pub mod load;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

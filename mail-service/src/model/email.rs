@@ -439,6 +439,7 @@ fn attachments_field(obj: &Map<String, Value>) -> Result<Option<Vec<Attachment>>
                 }
             }
         }
+        let mut item = item.clone();
         match map.get("content") {
             None | Some(Value::Null) => {
                 return Err(Error::MissingField {
@@ -446,10 +447,15 @@ fn attachments_field(obj: &Map<String, Value>) -> Result<Option<Vec<Attachment>>
                 });
             }
             Some(Value::String(_)) => {}
+            // Resend's API also takes the bytes themselves, and its Rust
+            // SDK sends them so; kept as base64 like every other.
+            Some(Value::Array(bytes)) => {
+                item["content"] = Value::String(bytes_as_base64(bytes, &field)?);
+            }
             Some(_) => {
                 return Err(Error::attachment(
                     format!("{field}.content"),
-                    "must be a base64 string",
+                    "must be a base64 string or an array of bytes (integers 0 to 255)",
                 ));
             }
         }
@@ -463,11 +469,39 @@ fn attachments_field(obj: &Map<String, Value>) -> Result<Option<Vec<Attachment>>
                 ));
             }
         }
-        let attachment: Attachment = serde_json::from_value(item.clone())
+        let attachment: Attachment = serde_json::from_value(item)
             .map_err(|e| Error::attachment(field.clone(), e.to_string()))?;
         out.push(attachment);
     }
     Ok(Some(out))
+}
+
+/// An attachment's content given as an array of bytes, as base64.
+fn bytes_as_base64(items: &[Value], field: &str) -> Result<String, Error> {
+    if items.len() > MAX_ATTACHMENT_BYTES {
+        return Err(Error::attachment(
+            format!("{field}.content"),
+            format!(
+                "must be at most {MAX_ATTACHMENT_BYTES} bytes (got {})",
+                items.len()
+            ),
+        ));
+    }
+    let bytes = items
+        .iter()
+        .enumerate()
+        .map(|(j, v)| {
+            v.as_u64()
+                .and_then(|n| u8::try_from(n).ok())
+                .ok_or_else(|| {
+                    Error::attachment(
+                        format!("{field}.content[{j}]"),
+                        "must be an integer from 0 to 255 (a byte)",
+                    )
+                })
+        })
+        .collect::<Result<Vec<u8>, Error>>()?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
 }
 
 fn decode_attachments(list: &[Attachment]) -> Result<Vec<DecodedAttachment>, Error> {
@@ -732,6 +766,30 @@ mod tests {
         assert!(
             matches!(err, Error::InvalidAttachment { ref field, .. } if field == "attachments[0].path")
         );
+    }
+
+    #[test]
+    fn attachment_content_may_be_an_array_of_bytes() {
+        let mut body = base();
+        body["attachments"] = json!([{"filename": "a.txt", "content": [104, 105]}]);
+        let email = validate_email(&body).unwrap();
+        assert_eq!(email.attachments[0].bytes, b"hi");
+        assert_eq!(
+            email.payload.message.attachments.as_ref().unwrap()[0].content,
+            "aGk="
+        );
+        for (content, field) in [
+            (json!([104, 256]), "attachments[0].content[1]"),
+            (json!([-1]), "attachments[0].content[0]"),
+            (json!(["h"]), "attachments[0].content[0]"),
+        ] {
+            body["attachments"] = json!([{ "content": content }]);
+            let err = validate_email(&body).unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidAttachment { field: ref f, .. } if f == field),
+                "{err:?}"
+            );
+        }
     }
 
     #[test]
