@@ -7,7 +7,11 @@
 //! and update, rate-window upsert, email insert and update) in the units the
 //! service writes them in, through the same store (so on SQLite through the
 //! same group-committing writer), with the API's number of writers and with
-//! 4, and prints the ratio of the API's rate to the best raw rate.
+//! 4, and prints the ratio of the API's rate to the best raw rate. In the
+//! middle round `mail-service secrets rotate` re-seals the stored secrets
+//! (the DKIM key every send signs with among them) under a new master key
+//! while the API load runs; the API's rate in the rounds before the
+//! rotation and in those after it are printed side by side.
 //!
 //! `cargo bench -p mail-service --bench send_load`
 //! Environment: MAIL_BENCH_SECONDS (default 15, per load kind), MAIL_BENCH_CONCURRENCY
@@ -221,6 +225,22 @@ async fn load_raw(
     (all, started.elapsed().as_secs_f64())
 }
 
+/// Starts `mail-service secrets rotate` to a new key written to
+/// `new_key_file`, on the database `env` names (the server's environment),
+/// while the server serves.
+fn rotate(env: &[(String, String)], new_key_file: &std::path::Path) -> std::process::Child {
+    secrets_at_rest::MasterKey::create_file(new_key_file).expect("new master key file");
+    std::process::Command::new(env!("CARGO_BIN_EXE_mail-service"))
+        .args(["secrets", "rotate", "--settle-ms", "200", "--new-key-file"])
+        .arg(new_key_file)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().cloned())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the rotation starts")
+}
+
 async fn run(
     label: &str,
     storage: StorageConfig,
@@ -245,9 +265,24 @@ async fn run(
     let mut api = Samples::default();
     let mut raw_same = Samples::default();
     let mut raw_four = Samples::default();
+    let (mut before, mut after) = (Samples::default(), Samples::default());
+    let mut rotation = None;
     let mut errors = 0;
-    for _ in 0..rounds {
+    for round in 0..rounds {
+        let rotating = round == rounds / 2;
+        let child = rotating.then(|| rotate(&env, &dir.join(format!("{label}-rotated.key"))));
         let (latencies, elapsed, e) = load_api(&base, &key, slice, concurrency).await;
+        if let Some(child) = child {
+            let out = child.wait_with_output().expect("the rotation ends");
+            let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            assert!(out.status.success(), "secrets rotate failed: {said}");
+            rotation = Some((latencies.len(), e, said));
+        }
+        match round.cmp(&(rounds / 2)) {
+            std::cmp::Ordering::Less => before.add(latencies.clone(), elapsed),
+            std::cmp::Ordering::Greater => after.add(latencies.clone(), elapsed),
+            std::cmp::Ordering::Equal => {}
+        }
         api.add(latencies, elapsed);
         errors += e;
         let (latencies, elapsed) = load_raw(
@@ -282,6 +317,18 @@ async fn run(
     println!(
         "{label:<9} ratio API / best raw rate: {:.2}",
         api.rate / raw_same.rate.max(raw_four.rate)
+    );
+    if let Some((answered, rotation_errors, said)) = rotation {
+        println!(
+            "{label:<9} secrets rotate under load: {answered} sends answered in its round, {rotation_errors} errors ({said})"
+        );
+    }
+    let (before, after) = (before.figures(), after.figures());
+    println!(
+        "{label:<9} API before / after the rotation: {:>7.0}/s / {:>7.0}/s  (after/before {:.3})",
+        before.rate,
+        after.rate,
+        after.rate / before.rate
     );
     store.close().await;
 }
