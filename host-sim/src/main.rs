@@ -15,6 +15,7 @@ use cli::operator::{
     AuthArg, BindingCommand, GrantArgs, ProjectCommand, TokenCommand, parse_ttl, read_secret,
 };
 use cli::release::{PublisherCommand, ReleaseCommand, keygen, sign};
+use cli::secrets::SecretsCommand;
 use cli::serve::{DevArgs, dev, serve};
 use cli::tracking::TrackingCommand;
 
@@ -69,6 +70,10 @@ struct Cli {
     /// Directory of trusted publisher keys, `*.pub` [default: <state-dir>/trusted-publishers].
     #[arg(long, global = true, env = "HOST_SIM_TRUST_DIR")]
     trust_dir: Option<PathBuf>,
+    /// File holding the master key (64 hex digits) that seals the stored
+    /// secrets [default: <state-dir>/master.key, made on the first open].
+    #[arg(long, global = true, env = "HOST_SIM_MASTER_KEY_FILE")]
+    master_key_file: Option<PathBuf>,
     /// Log filter for the host log on stderr (e.g. `info`, `host_sim=debug`).
     #[arg(long, global = true, env = "HOST_SIM_LOG", default_value = "warn")]
     log: String,
@@ -144,6 +149,11 @@ enum Command {
     /// remove (each step refuses to run before the previous one holds).
     #[command(subcommand)]
     TrackingDomain(TrackingCommand),
+    /// The master key that seals the stored secrets (the bindings' provider
+    /// secrets, the tracking challenge key): generate-key, status, rotate,
+    /// forget.
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
     /// Serve the extension API, the MCP server and the console over HTTP until Ctrl-C.
     Serve {
         /// Address to listen on (port 0 picks a free port; the first line on stdout names it).
@@ -190,6 +200,7 @@ fn main() -> ExitCode {
         state_dir,
         db,
         trust_dir,
+        master_key_file,
         command,
         ..
     } = cli;
@@ -199,12 +210,18 @@ fn main() -> ExitCode {
             finish(keygen(&out, &comment))
         }
         Command::Release(ReleaseCommand::Sign { dir, key }) => finish(sign(&dir, &key)),
+        Command::Secrets(SecretsCommand::GenerateKey { file }) => {
+            finish(cli::secrets::generate_key(&file))
+        }
         // Its own throwaway state.
         Command::Dev(args) => finish(dev(args)),
         command => {
             let mut config = HostConfig::new(&state_dir);
             config.db_path = db;
             config.trust_dir = trust_dir;
+            if let Some(file) = master_key_file {
+                config.master_key = host_sim::state::MasterKeySource::File(file);
+            }
             run_on_host(config, command)
         }
     }
@@ -297,6 +314,7 @@ fn progress(step: &str) {
 fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliError> {
     match command {
         Command::TrackingDomain(command) => return cli::tracking::run(host, command),
+        Command::Secrets(command) => return cli::secrets::run(host, command),
         Command::Serve {
             listen,
             panel_session_ttl,

@@ -7,13 +7,21 @@
 //! and update, rate-window upsert, email insert and update) in the units the
 //! service writes them in, through the same store (so on SQLite through the
 //! same group-committing writer), with the API's number of writers and with
-//! 4, and prints the ratio of the API's rate to the best raw rate.
+//! 4, and prints the ratio of the API's rate to the best raw rate. After
+//! a first round (the server's warm-up) and three more, `mail-service
+//! secrets rotate` re-seals the stored secrets (the DKIM key every send
+//! signs with among them) under a new master key while the API load of the
+//! fifth round runs (on the metrics-off server), so the server goes on with a key it meets for the
+//! first time; the API's rate in the three rounds before the rotation and
+//! in the three after it are printed side by side (the rotation's own
+//! round, whose process shares the machine, is reported apart).
 //!
 //! Metrics on and off in the same run: a second server on the same
 //! database runs with the operator listener (`MAIL_METRICS_LISTEN`, so the
 //! Prometheus recorder records every request, send and commit); its API
 //! slices alternate with the first's (off, on, then on, off), and the ratio
-//! of its rate to the first's is printed.
+//! of its rate to the first's is printed (the warm-up and rotation rounds
+//! left out).
 //!
 //! `cargo bench -p mail-service --bench send_load`
 //! Environment: MAIL_BENCH_SECONDS (default 15, per load kind), MAIL_BENCH_CONCURRENCY
@@ -139,6 +147,22 @@ async fn load_raw(
     (all, started.elapsed().as_secs_f64())
 }
 
+/// Starts `mail-service secrets rotate` to a new key written to
+/// `new_key_file`, on the database `env` names (the server's environment),
+/// while the server serves.
+fn rotate(env: &[(String, String)], new_key_file: &std::path::Path) -> std::process::Child {
+    secrets_at_rest::MasterKey::create_file(new_key_file).expect("new master key file");
+    std::process::Command::new(env!("CARGO_BIN_EXE_mail-service"))
+        .args(["secrets", "rotate", "--settle-ms", "200", "--new-key-file"])
+        .arg(new_key_file)
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().cloned())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the rotation starts")
+}
+
 async fn run(
     label: &str,
     storage: StorageConfig,
@@ -161,25 +185,48 @@ async fn run(
     // number of writers and with 4 (more writers than the database likes
     // only adds contention on hot rows), and the best raw rate is the
     // storage's limit. The API with metrics on and off alternate which
-    // goes first.
-    let rounds = 5;
+    // goes first. Round 0 warms the servers up; rounds 1-3 are before the
+    // master key rotation, which runs in round 4 (during the metrics-off
+    // server's slice); rounds 5-7 are after it. The metrics comparison
+    // leaves rounds 0 and 4 out.
+    let rounds = 8;
+    let rotation_round = 4;
     let slice = (seconds / rounds).max(1);
     let mut api = Samples::default();
     let mut api_on = Samples::default();
     let mut raw_same = Samples::default();
     let mut raw_four = Samples::default();
+    let (mut before, mut after) = (Samples::default(), Samples::default());
+    let mut rotation = None;
     let mut errors = 0;
     for round in 0..rounds {
         for on in [round % 2 == 1, round % 2 == 0] {
-            let (target, samples) = if on {
-                (&base_on, &mut api_on)
-            } else {
-                (&base, &mut api)
-            };
+            let target = if on { &base_on } else { &base };
+            let child = (round == rotation_round && !on)
+                .then(|| rotate(&env, &dir.join(format!("{label}-rotated.key"))));
             let (latencies, elapsed, e) =
                 load_api(target, &key, "rcpt@example.com", slice, concurrency).await;
-            samples.add(latencies, elapsed);
             errors += e;
+            if let Some(child) = child {
+                let out = child.wait_with_output().expect("the rotation ends");
+                let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+                assert!(out.status.success(), "secrets rotate failed: {said}");
+                rotation = Some((latencies.len() as f64 / elapsed, e, said));
+                continue;
+            }
+            if round == 0 || round == rotation_round {
+                continue;
+            }
+            if on {
+                api_on.add(latencies, elapsed);
+                continue;
+            }
+            if round > rotation_round {
+                after.add(latencies.clone(), elapsed);
+            } else {
+                before.add(latencies.clone(), elapsed);
+            }
+            api.add(latencies, elapsed);
         }
         let (latencies, elapsed) = load_raw(
             &store,
@@ -243,6 +290,18 @@ async fn run(
         api_on.rate / api.rate,
         api_on.p50_ms / api.p50_ms,
         api_on.p99_ms / api.p99_ms
+    );
+    if let Some((rate, rotation_errors, said)) = rotation {
+        println!(
+            "{label:<9} secrets rotate under load: {rate:.0}/s accepted in its round, {rotation_errors} errors ({said})"
+        );
+    }
+    let (before, after) = (before.figures(), after.figures());
+    println!(
+        "{label:<9} API before / after the rotation: {:>7.0}/s / {:>7.0}/s  (after/before {:.3})",
+        before.rate,
+        after.rate,
+        after.rate / before.rate
     );
     store.close().await;
 }

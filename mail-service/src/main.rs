@@ -390,7 +390,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Secrets(SecretsCommand::GenerateKey { file }) => {
             let key = secrets_at_rest::MasterKey::create_file(&file)?;
-            eprintln!("master key written to {} (mode 0600)", file.display());
+            eprintln!("{}", secrets_at_rest::wording::key_written(&file));
             println!("{}", key.id());
         }
         Command::Secrets(SecretsCommand::Status) => {
@@ -408,14 +408,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let resealed = store
                 .rotate_secrets(new, Duration::from_millis(settle_ms))
                 .await?;
-            eprintln!(
-                "rotation done: {resealed} values re-sealed; every stored secret is sealed under {id}. Restart the nodes with the new key file, then `secrets forget` the old key"
-            );
+            eprintln!("{}", secrets_at_rest::wording::rotation_done(resealed, &id));
         }
         Command::Secrets(SecretsCommand::Forget { key_id }) => {
             let store = Store::open(&cli.storage.storage(), &cli.storage.master_key()).await?;
             store.forget_master_key(&key_id).await?;
-            eprintln!("master key {key_id} forgotten");
+            eprintln!("{}", secrets_at_rest::wording::forgotten(&key_id));
         }
         Command::SmtpSink { port, mode } => {
             let sink = SmtpSink::start(port, mode).await?;

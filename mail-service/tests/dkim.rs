@@ -1,68 +1,18 @@
 //! DKIM: a message sent from a verified domain, captured at the SMTP sink,
 //! verifies with an independent verifier (Python's dkimpy, which fetches
 //! the public key from the test's DNS server on loopback with dnspython);
-//! a tampered copy does not.
-//!
-//! Needs the verifier in `target/dkim-venv` (`cargo xtask test` installs
-//! `tests/dkim/requirements.txt` there) or `MAIL_DKIM_PYTHON` naming a
-//! Python that has it. Without it the test is skipped loudly, or fails when
-//! `CI` is set.
+//! a tampered copy does not (`common::dkim` says what the verifier needs).
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
+use common::dkim::{dkimpy_verifies, verifier};
 use common::{Backend, TestApp, email};
 use dns_fixture::{DnsFixture, Record};
 use mail_service::service::{DnsProtocol, DnsSettings, Settings};
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
 use serde_json::{Value, json};
-
-fn verifier() -> Option<PathBuf> {
-    let python = std::env::var_os("MAIL_DKIM_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dkim-venv/bin/python")
-        });
-    let works = Command::new(&python)
-        .args(["-c", "import dkim, dns.resolver"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if works {
-        return Some(python);
-    }
-    let message = format!(
-        "the DKIM verifier (dkimpy) is not installed at {}: run `cargo xtask test`, or \
-         `python3 -m venv target/dkim-venv && target/dkim-venv/bin/pip install -r mail-service/tests/dkim/requirements.txt`",
-        python.display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "CI is set: {message}");
-    eprintln!("SKIPPED: {message}");
-    None
-}
-
-/// Runs dkimpy on `message`; true when the signature verifies.
-fn dkimpy_verifies(python: &PathBuf, message: &str, dns: &DnsFixture) -> bool {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), message).unwrap();
-    let out = Command::new(python)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dkim/verify.py"))
-        .arg(file.path())
-        .arg(dns.addr().port().to_string())
-        .output()
-        .expect("the verifier runs");
-    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    match out.status.code() {
-        Some(0) => true,
-        Some(1) => false,
-        _ => panic!(
-            "the verifier failed to run: {said} {}",
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
-}
 
 async fn signed_mail_verifies_independently_and_a_tampered_copy_does_not(b: Backend) {
     let Some(python) = verifier() else { return };

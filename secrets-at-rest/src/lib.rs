@@ -333,6 +333,8 @@ pub struct StoredKey {
     pub id: String,
     /// Its place in the order of rotations; the highest seals new values.
     pub seq: i64,
+    /// When it was recorded (the service's clock unit).
+    pub created_at: i64,
 }
 
 /// A copy of key `key_id` sealed under `wrapping_key_id`, as stored.
@@ -370,6 +372,12 @@ impl Keyring {
         Ok(())
     }
 }
+
+mod database;
+pub use database::{
+    Adoption, DEFAULT_KEY_FILE, ForgetRefused, KeyStatus, LoadedKey, MasterKeySource, Rotation,
+    RotationRefused, SecretsStatus, UnknownMasterKey, adopt, wording,
+};
 
 #[cfg(test)]
 mod tests;

@@ -104,3 +104,128 @@ fn key_files_are_private_and_read_back() {
     assert!(e.contains("64 hex digits"), "{e}");
     assert!(!e.contains("not a key"), "{e}");
 }
+
+fn listed(keys: &[&MasterKey]) -> Vec<StoredKey> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| StoredKey {
+            id: k.id().to_string(),
+            seq: i as i64 + 1,
+            created_at: 0,
+        })
+        .collect()
+}
+
+#[test]
+fn a_database_takes_its_first_key_and_its_own_keys_only() {
+    let (one, two) = (
+        MasterKey::generate().unwrap(),
+        MasterKey::generate().unwrap(),
+    );
+    assert_eq!(adopt(&[], one.id(), "f"), Ok(Adoption::First));
+    assert_eq!(adopt(&listed(&[&one]), one.id(), "f"), Ok(Adoption::Known));
+    let refused = adopt(&listed(&[&one]), two.id(), "/keys/two")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!("the master key /keys/two (id {})", two.id()))
+            && refused.contains(one.id())
+            && refused.contains("nothing was changed")
+            && refused.contains("--master-key-file"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_rotation_starts_once_resumes_and_refuses_a_key_it_cannot_use() {
+    let (old, new) = (
+        MasterKey::generate().unwrap(),
+        MasterKey::generate().unwrap(),
+    );
+    let mut ring = Keyring::new(old.clone());
+    let sealed = ring.seal("b", b"v");
+    let started = ring.begin_rotation(&listed(&[&old]), new.clone()).unwrap();
+    assert_eq!(
+        (started.new_id.as_str(), started.previous.as_str()),
+        (new.id(), old.id())
+    );
+    let [down, up] = started.record.expect("a new rotation records its key");
+    assert_eq!(
+        (down.key_id.as_str(), down.wrapping_key_id.as_str()),
+        (new.id(), old.id())
+    );
+    assert_eq!(
+        (up.key_id.as_str(), up.wrapping_key_id.as_str()),
+        (old.id(), new.id())
+    );
+    // A process holding the old key only follows through the record.
+    let mut node = Keyring::new(old.clone());
+    node.learn(&listed(&[&old, &new]), &[down]).unwrap();
+    assert_eq!(node.current(), new.id());
+    let resealed = ring.reseal("b", &sealed, new.id()).unwrap();
+    assert_eq!(sealed_by(&resealed), Some(new.id()));
+    assert_eq!(node.open("b", &resealed).unwrap().as_slice(), b"v");
+    assert!(sealed_by(&ring.reseal("b", "plain", new.id()).unwrap()).is_some());
+    assert!(
+        ring.reseal("c", &sealed, new.id()).is_err(),
+        "refused stays refused"
+    );
+
+    // Run again: it resumes, recording nothing.
+    let mut again = Keyring::new(old.clone());
+    let resumed = again
+        .begin_rotation(&listed(&[&old, &new]), new.clone())
+        .unwrap();
+    assert!(resumed.record.is_none() && resumed.previous == old.id());
+    // Without the current key, or back to an earlier key: refused.
+    let third = MasterKey::generate().unwrap();
+    let e = Keyring::new(third.clone())
+        .begin_rotation(&listed(&[&old, &new]), MasterKey::generate().unwrap())
+        .unwrap_err();
+    assert_eq!(e.option(), "master-key-file");
+    let e = Keyring::new(new.clone())
+        .begin_rotation(&listed(&[&old, &new]), old.clone())
+        .unwrap_err();
+    assert_eq!(e.option(), "new-key-file");
+}
+
+#[test]
+fn status_counts_values_by_key_and_a_key_goes_only_when_unused() {
+    let (old, new) = (
+        MasterKey::generate().unwrap(),
+        MasterKey::generate().unwrap(),
+    );
+    let keys = listed(&[&old, &new]);
+    let mut ring = Keyring::new(old.clone());
+    ring.insert(new.clone());
+    let a = ring.seal("a", b"1");
+    let b = ring.seal_with(new.id(), "b", b"2").unwrap();
+    let status = SecretsStatus::count(&keys, &[], [a.as_str(), b.as_str(), "plain"]);
+    assert_eq!(status.current, new.id());
+    assert_eq!(status.plain_text, 1);
+    assert_eq!(
+        status.keys.iter().map(|k| k.values).collect::<Vec<_>>(),
+        [1, 1]
+    );
+    assert!(matches!(
+        status.may_forget(old.id()),
+        Err(ForgetRefused::InUse {
+            values: 1,
+            current: false,
+            ..
+        })
+    ));
+    assert!(
+        status
+            .may_forget(new.id())
+            .unwrap_err()
+            .to_string()
+            .contains("seals new ones")
+    );
+    assert!(matches!(
+        status.may_forget("nope"),
+        Err(ForgetRefused::Unknown { .. })
+    ));
+    let later = SecretsStatus::count(&keys, &[], [b.as_str()]);
+    assert_eq!(later.may_forget(old.id()), Ok(()));
+}

@@ -9,11 +9,14 @@
 //! too, so a new module has to be placed. `main.rs` is a crate of its own
 //! (the CLI) and uses the library's public API only; the modules it
 //! declares (`mod cli;` → `cli/…`) belong to that crate, not to a layer,
-//! and a module declared by both roots fails.
+//! and a module declared by both roots fails. Within a layer, no two
+//! modules may import each other (`cycles`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+
+mod cycles;
 
 /// The layers, lowest first: a name for messages and the top-level modules
 /// of `host-sim/src` in it.
@@ -70,7 +73,7 @@ pub fn run() -> Result<()> {
     let violations = check(&files);
     if violations.is_empty() {
         println!(
-            "    host-sim: {} files, every import runs down the layers ({})",
+            "    host-sim: {} files, every import runs down the layers ({}), no two modules import each other",
             files.len(),
             LAYERS
                 .iter()
@@ -125,7 +128,9 @@ pub fn check(files: &[(PathBuf, String)]) -> Vec<Violation> {
     };
     let library = declared_by("lib.rs");
     let binary = declared_by("main.rs");
-    for (file, text) in files {
+    let mut library_files = Vec::new();
+    for entry in files {
+        let (file, text) = entry;
         if ROOTS.iter().any(|root| file == Path::new(root)) {
             continue;
         }
@@ -146,6 +151,7 @@ pub fn check(files: &[(PathBuf, String)]) -> Vec<Violation> {
             // public API (`host_sim::…`), and `crate::` names the CLI.
             continue;
         }
+        library_files.push(entry);
         let Some(own_layer) = layer_of(&own) else {
             violations.push(Violation {
                 file: file.clone(),
@@ -179,6 +185,7 @@ pub fn check(files: &[(PathBuf, String)]) -> Vec<Violation> {
             });
         }
     }
+    violations.extend(cycles::check(&library_files));
     violations
 }
 

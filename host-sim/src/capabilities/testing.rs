@@ -39,7 +39,7 @@ impl Fixture {
     /// As [`Self::new`], without the `provider` binding.
     pub fn unbound() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let state = Arc::new(State::open(&dir.path().join(DB_FILE)).unwrap());
+        let state = Arc::new(crate::state::tests::open_at(&dir.path().join(DB_FILE)));
         let manifest = extension_release::Manifest::from_toml(MANIFEST).unwrap();
         let spec = Arc::new(ExtensionSpec::from_manifest(&manifest).unwrap());
         state
@@ -70,7 +70,7 @@ impl Fixture {
     /// A second handle on the same state file: another process (the
     /// operator's CLI next to a running host).
     pub fn other_process(&self) -> State {
-        State::open(&self.dir.path().join(DB_FILE)).unwrap()
+        crate::state::tests::open_at(&self.dir.path().join(DB_FILE))
     }
 
     pub fn bind(&self, name: &str, secret: &str) {

@@ -3,5 +3,6 @@
 
 pub(crate) mod operator;
 pub(crate) mod release;
+pub(crate) mod secrets;
 pub(crate) mod serve;
 pub(crate) mod tracking;

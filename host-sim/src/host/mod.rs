@@ -23,7 +23,7 @@ use crate::capabilities::http::client;
 use crate::limits::SandboxLimits;
 use crate::pool::{InstancePool, LoadError, SandboxStats};
 use crate::sandbox::{self, EpochTicker};
-use crate::state::{self, State, StateError};
+use crate::state::{self, MasterKeySource, State, StateError};
 use crate::verify::InstallError;
 
 /// The instance pool's state for `/metrics`.
@@ -50,6 +50,10 @@ pub struct HostConfig {
     /// Marks the state as a development state (see [`DEVELOPMENT_MARKER`]):
     /// it takes unsigned development builds and refuses signed releases.
     pub development: bool,
+    /// The master key that seals the stored secrets: a file
+    /// (`--master-key-file`), or by default `<state_dir>/master.key`, made
+    /// (mode 0600) on the first open.
+    pub master_key: MasterKeySource,
 }
 
 /// The file beside the database that marks a development state, one that
@@ -66,6 +70,7 @@ impl HostConfig {
             trust_dir: None,
             limits: SandboxLimits::default(),
             development: false,
+            master_key: MasterKeySource::BesideData,
         }
     }
 
@@ -147,7 +152,16 @@ impl Host {
             .map_err(|e| HostError::Sandbox(format!("cannot write {}: {e}", marker.display())))?;
         }
         let development = marker.exists();
-        let state = Arc::new(State::open(&db_path)?);
+        let key = config
+            .master_key
+            .load(&config.state_dir)
+            .map_err(StateError::from)?;
+        if let Some(file) = &key.created
+            && !development
+        {
+            eprintln!("{}", secrets_at_rest::wording::key_created(file));
+        }
+        let state = Arc::new(State::open(&db_path, key.key, &key.label)?);
         let limits = Arc::new(config.limits.clone());
         let engine = sandbox::engine(&limits, true).map_err(|e| sandbox_error(&e))?;
         let ticker =

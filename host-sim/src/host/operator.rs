@@ -11,7 +11,9 @@ use rand::RngCore;
 use super::{Host, HostError};
 use crate::capabilities::http::{OriginError, SecretError, check_origin, check_secret};
 use crate::secret::Secret;
-use crate::state::{self, AuthStyle, Binding, BindingInfo, NewRelease, ProjectSettings};
+use crate::state::{
+    self, AuthStyle, Binding, BindingInfo, MasterKey, NewRelease, ProjectSettings, SecretsStatus,
+};
 use crate::verify::{self, InstallError, ReleaseSummary};
 
 /// An operator's value that breaks a rule.
@@ -355,6 +357,24 @@ impl Host {
             auth_style,
             timeout,
         })?)
+    }
+
+    /// The state's master keys and how many stored secrets each protects.
+    pub fn secrets_status(&self) -> Result<SecretsStatus, HostError> {
+        Ok(self.state.secrets_status()?)
+    }
+
+    /// Re-seals every stored secret under `new` while other processes
+    /// serve; run again after an interruption, it goes on where it stopped.
+    /// Answers how many values it re-sealed.
+    pub fn rotate_secrets(&self, new: MasterKey) -> Result<u64, HostError> {
+        Ok(self.state.rotate_secrets(new)?)
+    }
+
+    /// Removes a retired master key (one that protects no value and is not
+    /// the newest).
+    pub fn forget_master_key(&self, key_id: &str) -> Result<(), HostError> {
+        Ok(self.state.forget_master_key(key_id)?)
     }
 
     /// Bindings without their secrets.

@@ -1,6 +1,8 @@
 //! The projects' bindings: where a named binding of a project goes, how the
 //! host authenticates there, and the secret. The `bindings` table is the
-//! only place a secret is stored; [`BindingInfo`] is a binding without it.
+//! only place a provider secret is stored, sealed under the master key
+//! (`state::secrets`; an empty secret is stored empty); [`BindingInfo`] is
+//! a binding without it.
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::access::bump_project;
 use super::error::Result;
+use super::secrets::{Sealer, Slot};
 use super::{State, now_secs};
 use crate::secret::Secret;
 
@@ -75,6 +78,17 @@ impl State {
     /// stored, without its secret.
     pub fn set_binding(&self, binding: &Binding) -> Result<BindingInfo> {
         self.write(|tx| {
+            let secret = match binding.secret.expose() {
+                "" => String::new(),
+                plain => self.secrets.seal(
+                    tx,
+                    &Slot::Binding {
+                        project_id: binding.project_id.clone(),
+                        name: binding.name.clone(),
+                    },
+                    plain.as_bytes(),
+                )?,
+            };
             tx.execute(
                 "INSERT INTO bindings (project_id, name, origin, secret, auth_style, timeout_ms, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
@@ -85,7 +99,7 @@ impl State {
                     binding.project_id,
                     binding.name,
                     binding.origin,
-                    binding.secret.expose(),
+                    secret,
                     binding.auth_style.as_str(),
                     binding.timeout.as_millis() as i64,
                     now_secs()
@@ -103,17 +117,18 @@ impl State {
     /// A binding with its secret: for the HTTP capability only.
     pub(crate) fn binding(&self, project_id: &str, name: &str) -> Result<Option<Binding>> {
         let conn = self.conn();
-        Ok(conn
-            .prepare_cached(&format!(
-                "SELECT {BINDING_COLUMNS} FROM bindings WHERE project_id = ?1 AND name = ?2"
-            ))?
-            .query_row(params![project_id, name], binding_row)
-            .optional()?)
+        conn.prepare_cached(&format!(
+            "SELECT {BINDING_COLUMNS} FROM bindings WHERE project_id = ?1 AND name = ?2"
+        ))?
+        .query_row(params![project_id, name], binding_row)
+        .optional()?
+        .map(|row| row.open(&conn, &self.secrets))
+        .transpose()
     }
 
     /// Every secret of a project, for redacting guest output.
     pub(crate) fn project_secrets(&self, project_id: &str) -> Result<Vec<Secret>> {
-        let bindings = project_bindings(&self.conn(), project_id)?;
+        let bindings = project_bindings(&self.conn(), &self.secrets, project_id)?;
         Ok(bindings.into_iter().map(|binding| binding.secret).collect())
     }
 
@@ -144,22 +159,50 @@ fn info_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<BindingInfo> {
     })
 }
 
-fn binding_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Binding> {
+/// A binding as stored: its secret still sealed.
+struct BindingRow {
+    binding: Binding,
+    sealed: String,
+}
+
+impl BindingRow {
+    fn open(mut self, conn: &Connection, sealer: &Sealer) -> Result<Binding> {
+        if !self.sealed.is_empty() {
+            let slot = Slot::Binding {
+                project_id: self.binding.project_id.clone(),
+                name: self.binding.name.clone(),
+            };
+            self.binding.secret = Secret::new(sealer.open_text(conn, &slot, &self.sealed)?);
+        }
+        Ok(self.binding)
+    }
+}
+
+fn binding_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<BindingRow> {
     let style: String = r.get(4)?;
-    Ok(Binding {
-        project_id: r.get(0)?,
-        name: r.get(1)?,
-        origin: r.get(2)?,
-        secret: Secret::new(r.get::<_, String>(3)?),
-        auth_style: AuthStyle::parse(&style).unwrap_or(AuthStyle::Bearer),
-        timeout: Duration::from_millis(r.get::<_, i64>(5)?.max(1) as u64),
+    Ok(BindingRow {
+        binding: Binding {
+            project_id: r.get(0)?,
+            name: r.get(1)?,
+            origin: r.get(2)?,
+            secret: Secret::new(""),
+            auth_style: AuthStyle::parse(&style).unwrap_or(AuthStyle::Bearer),
+            timeout: Duration::from_millis(r.get::<_, i64>(5)?.max(1) as u64),
+        },
+        sealed: r.get(3)?,
     })
 }
 
-pub(super) fn project_bindings(conn: &Connection, project_id: &str) -> Result<Vec<Binding>> {
+pub(super) fn project_bindings(
+    conn: &Connection,
+    sealer: &Sealer,
+    project_id: &str,
+) -> Result<Vec<Binding>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {BINDING_COLUMNS} FROM bindings WHERE project_id = ?1 ORDER BY name"
     ))?;
-    let rows = stmt.query_map([project_id], binding_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let rows = stmt
+        .query_map([project_id], binding_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter().map(|row| row.open(conn, sealer)).collect()
 }

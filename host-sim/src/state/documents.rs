@@ -206,7 +206,7 @@ mod tests {
         let read = |state: &State| state.document_cached(P1, "site", "a").unwrap().unwrap();
         assert_eq!(read(&state).body, "1");
         // Another process writes: the next read sees it.
-        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        let other = super::super::tests::open_at(&dir.path().join(DB_FILE));
         other
             .put_document(P1, "site", "a", "2", Condition::Revision(1))
             .unwrap();

@@ -22,7 +22,25 @@ pub enum StateError {
     NotInstalled { extension: String },
     /// A tracking-domain step refused (see `state::tracking`).
     #[error(transparent)]
-    Tracking(#[from] super::tracking::TrackingRefusal),
+    Tracking(#[from] super::steps::TrackingRefusal),
+    /// A stored secret that does not open for its row (moved, truncated,
+    /// altered, or sealed under a key this process cannot reach).
+    #[error("{what}: {source}")]
+    Sealed {
+        what: String,
+        source: secrets_at_rest::OpenError,
+    },
+    /// The master key file could not be read, or a stored copy of a key
+    /// could not be unwrapped.
+    #[error(transparent)]
+    MasterKey(#[from] secrets_at_rest::KeyError),
+    /// A start with a master key the state does not know.
+    #[error(transparent)]
+    WrongMasterKey(#[from] secrets_at_rest::UnknownMasterKey),
+    #[error(transparent)]
+    Rotation(#[from] secrets_at_rest::RotationRefused),
+    #[error(transparent)]
+    Forget(#[from] secrets_at_rest::ForgetRefused),
     /// A stored value this host cannot read.
     #[error("the state holds an unreadable value: {0}")]
     Corrupt(String),

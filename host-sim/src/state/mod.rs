@@ -5,10 +5,11 @@
 //! |---|---|
 //! | [`releases`] | installed releases (manifest and files as blobs) |
 //! | [`access`] | approvals, grants, runtime generations, users and tokens |
-//! | [`bindings`] | the projects' bindings: the only place a secret is stored |
+//! | [`bindings`] | the projects' bindings: the only place a provider secret is stored |
 //! | [`settings`] | public per-project settings |
 //! | [`documents`] | the project-scoped documents |
-//! | [`tracking`] | tracking domains: settings, challenge key, each domain's step |
+//! | [`tracking`] | tracking domains: settings, challenge key, each domain's step ([`steps`]) |
+//! | `secrets` | sealing and opening the stored secrets under the master key; its rotation |
 //! | [`snapshot`] | what one invocation's checks read, at one version |
 //! | [`changes`] | the state's version (a commit counter shared by every process) |
 //!
@@ -22,8 +23,10 @@ pub mod documents;
 mod error;
 pub mod releases;
 mod schema;
+mod secrets;
 pub mod settings;
 pub mod snapshot;
+pub mod steps;
 pub mod tracking;
 
 use std::path::{Path, PathBuf};
@@ -39,9 +42,11 @@ pub use changes::StateVersion;
 pub use documents::{Condition, DocumentScope, ProjectDocument, StoredDocument, WriteOutcome};
 pub use error::StateError;
 pub use releases::{NewRelease, StoredRelease};
+pub use secrets_at_rest::{KeyStatus, MasterKey, MasterKeySource, SecretsStatus};
 pub use settings::ProjectSettings;
 pub use snapshot::InvocationSnapshot;
-pub use tracking::{Step, TrackingDomain, TrackingRefusal, TrackingRoute, TrackingSettings};
+pub use steps::{Step, TrackingRefusal};
+pub use tracking::{TrackingDomain, TrackingRoute, TrackingSettings};
 
 use changes::{ChangeCounter, VersionedCache};
 use error::Result;
@@ -70,6 +75,8 @@ pub struct State {
     /// The applied tracking-domain routes (what `serve`'s ingress reads
     /// per request).
     routes: Mutex<VersionedCache<(), std::sync::Arc<[TrackingRoute]>>>,
+    /// The master keys this process holds (see `secrets`).
+    secrets: secrets::Sealer,
 }
 
 pub fn now_secs() -> i64 {
@@ -93,8 +100,11 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl State {
-    /// Opens (creating if needed) the database at `path` and migrates it.
-    pub fn open(path: &Path) -> Result<Self> {
+    /// Opens (creating if needed) the database at `path`, migrates it and
+    /// adopts the master `key` (read from `label`): on the first open with
+    /// a key, plain-text secrets are sealed under it in one transaction; a
+    /// key the state does not know is refused before anything is written.
+    pub fn open(path: &Path, key: MasterKey, label: &str) -> Result<Self> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| StateError::Io {
                 path: parent.to_path_buf(),
@@ -105,10 +115,13 @@ impl State {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Freed space is zeroed: a secret replaced by its sealed form (an
+        // older state's upgrade) leaves no plain copy in the file's free pages.
+        conn.pragma_update(None, "secure_delete", "ON")?;
         conn.busy_timeout(Duration::from_secs(5))?;
         schema::migrate(&mut conn)?;
         let changes = ChangeCounter::open(&path.with_file_name(CHANGES_FILE))?;
-        Ok(Self {
+        let state = Self {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
             changes,
@@ -116,7 +129,10 @@ impl State {
             documents: Mutex::new(VersionedCache::new(MAX_CACHED_DOCUMENTS)),
             digests: Mutex::new(VersionedCache::new(MAX_CACHED_SNAPSHOTS)),
             routes: Mutex::new(VersionedCache::new(1)),
-        })
+            secrets: secrets::Sealer::new(key),
+        };
+        state.adopt_master_key(label)?;
+        Ok(state)
     }
 
     pub fn path(&self) -> &Path {
@@ -202,8 +218,17 @@ pub(crate) mod tests {
 
     pub(crate) fn open() -> (tempfile::TempDir, State) {
         let dir = tempfile::tempdir().unwrap();
-        let state = State::open(&dir.path().join(DB_FILE)).unwrap();
+        let state = open_at(&dir.path().join(DB_FILE));
         (dir, state)
+    }
+
+    /// The state at `path` with the key beside it (made on first use), as
+    /// another process would open it.
+    pub(crate) fn open_at(path: &Path) -> State {
+        let loaded = MasterKeySource::BesideData
+            .load(path.parent().unwrap())
+            .unwrap();
+        State::open(path, loaded.key, &loaded.label).unwrap()
     }
 
     #[test]
@@ -215,7 +240,7 @@ pub(crate) mod tests {
         let after_own = state.version().unwrap();
         assert_ne!(after_own, start, "a write through this handle");
         // The operator CLI next to a running host: another connection.
-        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        let other = open_at(&dir.path().join(DB_FILE));
         other.revoke("ext", "p1").unwrap();
         assert_ne!(
             state.version().unwrap(),
@@ -237,10 +262,10 @@ pub(crate) mod tests {
         // A process killed mid-commit: `started` moved, `finished` never will.
         std::mem::forget(state.changes.begin());
         assert_eq!(state.version(), None);
-        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        let other = open_at(&dir.path().join(DB_FILE));
         assert_eq!(other.version(), None, "not alone: nothing is repaired");
         drop((state, other));
-        let alone = State::open(&dir.path().join(DB_FILE)).unwrap();
+        let alone = open_at(&dir.path().join(DB_FILE));
         assert!(alone.version().is_some(), "alone with the state: repaired");
     }
 
@@ -251,7 +276,7 @@ pub(crate) mod tests {
             .set_tracking_origin("p1", Some("https://t.example"))
             .unwrap();
         drop(state);
-        let state = State::open(&dir.path().join(DB_FILE)).unwrap();
+        let state = open_at(&dir.path().join(DB_FILE));
         assert_eq!(
             state
                 .project_settings("p1")

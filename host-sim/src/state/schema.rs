@@ -109,6 +109,38 @@ CREATE TABLE tracking_routes (
     applied_at INTEGER NOT NULL
 );
 "#,
+    // Secrets at rest (issue 28): the master keys that seal the stored
+    // secrets, listed by id (a hash, never the key); `master_key_wraps`
+    // holds a key sealed under another one, which a rotation writes so
+    // every process, whichever of the two keys it was started with, reads
+    // both until the rotation is done. The key with the highest `seq` seals
+    // new values. The challenge key becomes text: hex here, sealed by the
+    // first open with a master key (as are the bindings' secrets).
+    r#"
+CREATE TABLE master_keys (
+    id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE master_key_wraps (
+    key_id TEXT NOT NULL REFERENCES master_keys(id),
+    wrapping_key_id TEXT NOT NULL REFERENCES master_keys(id),
+    wrapped TEXT NOT NULL,
+    PRIMARY KEY (key_id, wrapping_key_id)
+);
+CREATE TABLE tracking_settings_sealed (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    challenge_key TEXT NOT NULL,
+    ingress_target TEXT,
+    console_host TEXT,
+    reserved TEXT NOT NULL
+);
+INSERT INTO tracking_settings_sealed (id, challenge_key, ingress_target, console_host, reserved)
+    SELECT id, lower(hex(challenge_key)), ingress_target, console_host, reserved
+    FROM tracking_settings;
+DROP TABLE tracking_settings;
+ALTER TABLE tracking_settings_sealed RENAME TO tracking_settings;
+"#,
 ];
 
 /// The schema version a database must have for this host.

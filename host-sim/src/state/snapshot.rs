@@ -11,6 +11,7 @@ use super::access::{approvals, generation, is_granted};
 use super::bindings::{Binding, project_bindings};
 use super::changes::StateVersion;
 use super::error::Result;
+use super::secrets::Sealer;
 use super::settings::{ProjectSettings, project_settings};
 use super::{State, now_secs, token_hash};
 
@@ -84,7 +85,7 @@ impl State {
             // processes writing the file, and one lock of the database
             // instead of one per query.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-            let stored = read_snapshot(&tx, key, version)?;
+            let stored = read_snapshot(&tx, &self.secrets, key, version)?;
             tx.finish()?;
             Ok(stored)
         })?;
@@ -96,6 +97,7 @@ impl State {
 /// token's user whether or not the token has expired.
 fn read_snapshot(
     conn: &Connection,
+    sealer: &Sealer,
     (hash, extension_id, project_id): &SnapshotKey,
     version: Option<StateVersion>,
 ) -> Result<StoredSnapshot> {
@@ -138,7 +140,7 @@ fn read_snapshot(
             approved,
             generation: generation(conn, extension_id, project_id)?,
             settings: project_settings(conn, project_id)?,
-            bindings: project_bindings(conn, project_id)?,
+            bindings: project_bindings(conn, sealer, project_id)?,
             version,
         }),
     })
@@ -172,7 +174,7 @@ mod tests {
             let snapshot = state.invocation_snapshot("hst_t", "ext", "p1").unwrap();
             assert!(snapshot.granted && snapshot.project_access);
         }
-        let other = State::open(&dir.path().join(DB_FILE)).unwrap();
+        let other = super::super::tests::open_at(&dir.path().join(DB_FILE));
         other.revoke("ext", "p1").unwrap();
         assert!(
             !state
@@ -190,7 +192,7 @@ mod tests {
             .store_token("hst_t", "u", &["p1".into()], now_secs() + 60)
             .unwrap();
         let conn = state.conn();
-        let stored = read_snapshot(&conn, &key, state.version()).unwrap();
+        let stored = read_snapshot(&conn, &state.secrets, &key, state.version()).unwrap();
         assert!(stored.clone().at(now_secs()).project_access);
         let later = stored.at(now_secs() + 61);
         assert!(later.user.is_none() && !later.project_access);

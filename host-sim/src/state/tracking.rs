@@ -9,105 +9,12 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
 use super::access::bump_project;
 use super::error::{Result, StateError};
+use super::secrets::{Sealer, Slot};
+use super::steps::{Step, TrackingRefusal};
 use super::{State, now_secs};
 
 /// The length of the host's challenge key: HMAC-SHA-256's block size.
 pub const CHALLENGE_KEY_LEN: usize = 64;
-
-/// The steps of a tracking domain, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Step {
-    /// The challenge is issued; the records are to be created.
-    Added,
-    /// Both records were found.
-    Verified,
-    /// The routing for the hostname is applied.
-    Routed,
-    /// A valid certificate for the hostname is served.
-    TlsReady,
-    /// The project's `tracking_origin` is `https://<hostname>`.
-    Active,
-}
-
-impl Step {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Step::Added => "added",
-            Step::Verified => "verified",
-            Step::Routed => "routed",
-            Step::TlsReady => "tls-ready",
-            Step::Active => "active",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        [
-            Step::Added,
-            Step::Verified,
-            Step::Routed,
-            Step::TlsReady,
-            Step::Active,
-        ]
-        .into_iter()
-        .find(|step| step.as_str() == text)
-    }
-
-    /// The command that moves a domain on from this step.
-    pub fn next_command(self) -> &'static str {
-        match self {
-            Step::Added => "tracking-domain verify",
-            Step::Verified => "tracking-domain plan, then apply --yes",
-            Step::Routed => "tracking-domain wait-tls",
-            Step::TlsReady => "tracking-domain activate",
-            Step::Active => "nothing: the domain is active",
-        }
-    }
-
-    /// What the steps say about TLS: `wait-tls` moves a domain from
-    /// `routed` to `tls-ready` only once a valid certificate was served.
-    pub fn tls_state(self) -> &'static str {
-        match self {
-            Step::Added | Step::Verified => "not checked (the hostname is not routed yet)",
-            Step::Routed => "not seen valid yet (run tracking-domain wait-tls)",
-            Step::TlsReady | Step::Active => {
-                "a valid certificate for the hostname was served (checked by wait-tls)"
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Step {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What the tracking-domain state refuses.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TrackingRefusal {
-    #[error("hostname {hostname} is already bound to project {project}; remove it there first")]
-    BoundElsewhere { hostname: String, project: String },
-    #[error(
-        "hostname {hostname} is not a tracking domain of project {project}; add it with `tracking-domain add`"
-    )]
-    Unknown { hostname: String, project: String },
-    #[error(
-        "hostname {hostname} is at step {at}, and this step needs {needs}; run `{}` first",
-        at.next_command()
-    )]
-    OutOfOrder {
-        hostname: String,
-        at: Step,
-        needs: Step,
-    },
-    #[error(
-        "the routing changed since the plan you reviewed ({reviewed}; now {now}); run `tracking-domain plan` again"
-    )]
-    PlanChanged { reviewed: String, now: String },
-    #[error("the stored step `{value}` of {hostname} is not one this host knows")]
-    UnknownStep { hostname: String, value: String },
-}
 
 /// The operator's settings for tracking domains (public: no key).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -274,7 +181,7 @@ impl State {
         let reserved = serde_json::to_string(&settings.reserved)
             .map_err(|e| StateError::Corrupt(e.to_string()))?;
         self.write(|tx| {
-            ensure_key(tx)?;
+            ensure_key(tx, &self.secrets)?;
             tx.execute(
                 "UPDATE tracking_settings SET ingress_target = ?1, console_host = ?2, reserved = ?3
                  WHERE id = 1",
@@ -287,14 +194,13 @@ impl State {
     /// The host's challenge key (created on first use). Crate-private: the
     /// key never leaves the host; the challenges made with it are public.
     pub(crate) fn tracking_challenge_key(&self) -> Result<Vec<u8>> {
-        let existing: Option<Vec<u8>> = self
-            .conn()
-            .prepare_cached("SELECT challenge_key FROM tracking_settings WHERE id = 1")?
-            .query_row([], |r| r.get(0))
-            .optional()?;
+        let existing = {
+            let conn = self.conn();
+            read_key(&conn, &self.secrets)?
+        };
         match existing {
             Some(key) => Ok(key),
-            None => self.write(ensure_key),
+            None => self.write(|tx| ensure_key(tx, &self.secrets)),
         }
     }
 
@@ -541,20 +447,34 @@ fn set_origin(tx: &Transaction<'_>, project: &str, origin: Option<&str>) -> Resu
     bump_project(tx, project)
 }
 
-/// The settings row with a challenge key, created if missing; answers the key.
-fn ensure_key(tx: &Transaction<'_>) -> Result<Vec<u8>> {
-    let existing: Option<Vec<u8>> = tx
+/// The stored challenge key, opened. Its plain form is hex text (the form
+/// older states kept it in).
+fn read_key(conn: &Connection, sealer: &Sealer) -> Result<Option<Vec<u8>>> {
+    let stored: Option<String> = conn
         .prepare_cached("SELECT challenge_key FROM tracking_settings WHERE id = 1")?
         .query_row([], |r| r.get(0))
         .optional()?;
-    if let Some(key) = existing {
+    let Some(stored) = stored else {
+        return Ok(None);
+    };
+    let text = sealer.open_text(conn, &Slot::Challenge, &stored)?;
+    let key = hex::decode(text.trim())
+        .map_err(|_| StateError::Corrupt("the tracking challenge key is not hex".into()))?;
+    Ok(Some(key))
+}
+
+/// The settings row with a challenge key, created (sealed) if missing;
+/// answers the key.
+fn ensure_key(tx: &Transaction<'_>, sealer: &Sealer) -> Result<Vec<u8>> {
+    if let Some(key) = read_key(tx, sealer)? {
         return Ok(key);
     }
     let mut key = vec![0u8; CHALLENGE_KEY_LEN];
     rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut key);
+    let sealed = sealer.seal(tx, &Slot::Challenge, hex::encode(&key).as_bytes())?;
     tx.execute(
         "INSERT INTO tracking_settings (id, challenge_key, reserved) VALUES (1, ?1, '[]')",
-        [&key],
+        [&sealed],
     )?;
     Ok(key)
 }

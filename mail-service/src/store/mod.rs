@@ -165,32 +165,25 @@ impl Store {
     /// under it; a key the database does not know is refused before
     /// anything is written.
     pub async fn open(config: &StorageConfig, key: &MasterKeySource) -> anyhow::Result<Store> {
-        use secrets_at_rest::MasterKey;
-        let (key, label) = match (key, config) {
-            (MasterKeySource::File(path), _) => {
-                (MasterKey::read_file(path)?, path.display().to_string())
-            }
-            (MasterKeySource::BesideData, StorageConfig::Sqlite { path, .. }) => {
-                let file = path
-                    .parent()
-                    .unwrap_or_else(|| Path::new("."))
-                    .join(DEFAULT_KEY_FILE);
-                if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir)?;
-                }
-                let (key, created) = MasterKey::load_or_create(&file)?;
-                if created {
-                    eprintln!(
-                        "created the master key {} (mode 0600): the stored secrets are sealed under it; keep a copy apart from the database backups",
-                        file.display()
+        let dir = match config {
+            StorageConfig::Sqlite { path, .. } => path.parent().unwrap_or_else(|| Path::new(".")),
+            StorageConfig::Postgres { .. } => {
+                if *key == MasterKeySource::BesideData {
+                    anyhow::bail!(
+                        "PostgreSQL mode needs the master key: pass --master-key-file FILE (or set MAIL_MASTER_KEY_FILE); make one with `mail-service secrets generate-key FILE` and give every node the same file"
                     );
                 }
-                (key, file.display().to_string())
+                Path::new(".")
             }
-            (MasterKeySource::BesideData, StorageConfig::Postgres { .. }) => anyhow::bail!(
-                "PostgreSQL mode needs the master key: pass --master-key-file FILE (or set MAIL_MASTER_KEY_FILE); make one with `mail-service secrets generate-key FILE` and give every node the same file"
-            ),
         };
+        let secrets_at_rest::LoadedKey {
+            key,
+            label,
+            created,
+        } = key.load(dir)?;
+        if let Some(file) = created {
+            eprintln!("{}", secrets_at_rest::wording::key_created(&file));
+        }
         let db = match config {
             StorageConfig::Sqlite { path, busy_timeout } => {
                 Self::open_sqlite(path, *busy_timeout).await?

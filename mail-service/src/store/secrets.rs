@@ -10,27 +10,16 @@
 //! started with either key reads every value while a rotation runs, and
 //! picks the new key up the first time it meets it.
 
-use std::path::PathBuf;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use secrets_at_rest::{Keyring, MasterKey, OpenError, StoredKey, StoredWrap, Zeroizing};
+use secrets_at_rest::{
+    Adoption, ForgetRefused, Keyring, MasterKey, OpenError, StoredKey, StoredWrap, Zeroizing,
+};
+pub use secrets_at_rest::{DEFAULT_KEY_FILE, KeyStatus, MasterKeySource, SecretsStatus};
 
 use super::unit::Param;
 use super::*;
-
-/// The file a key is made in, beside an SQLite database, on first start.
-pub const DEFAULT_KEY_FILE: &str = "master.key";
-
-/// Where the master key comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MasterKeySource {
-    /// `master.key` beside the SQLite database, made (mode 0600) on first
-    /// start. Refused in PostgreSQL mode: nodes must share one key.
-    BesideData,
-    /// A file holding 64 hex digits.
-    File(PathBuf),
-}
 
 /// The keys this process holds.
 pub(super) struct Sealer {
@@ -152,27 +141,6 @@ impl Stored {
     }
 }
 
-/// How many stored values each master key protects.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct SecretsStatus {
-    /// The key that seals new values.
-    pub current: String,
-    pub keys: Vec<KeyStatus>,
-    /// Values still in plain text (0 once a process with a key has started).
-    pub plain_text: u64,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct KeyStatus {
-    pub id: String,
-    pub seq: i64,
-    pub created_at: i64,
-    /// Stored values sealed under it.
-    pub values: u64,
-    /// The keys a copy of it is stored sealed under.
-    pub wrapped_under: Vec<String>,
-}
-
 #[derive(sqlx::FromRow)]
 struct KeyRow {
     id: String,
@@ -233,44 +201,43 @@ impl Store {
         }
     }
 
-    async fn master_key_rows(&self) -> Result<Vec<KeyRow>, Error> {
-        Ok(on_db!(self, pool => {
+    async fn master_key_rows(&self) -> Result<Vec<StoredKey>, Error> {
+        let rows: Vec<KeyRow> = on_db!(self, pool => {
             sqlx::query_as("SELECT id, seq, created_at FROM master_keys ORDER BY seq")
                 .fetch_all(pool)
                 .await?
-        }))
-    }
-
-    async fn wrap_rows(&self) -> Result<Vec<WrapRow>, Error> {
-        Ok(on_db!(self, pool => {
-            sqlx::query_as("SELECT key_id, wrapping_key_id, wrapped FROM master_key_wraps")
-                .fetch_all(pool)
-                .await?
-        }))
-    }
-
-    /// Unwraps every stored key this process can reach from the ones it
-    /// holds, and seals from then on with the newest held key.
-    async fn refresh_keys(&self) -> Result<(), Error> {
-        let keys: Vec<StoredKey> = self
-            .master_key_rows()
-            .await?
+        });
+        Ok(rows
             .into_iter()
             .map(|k| StoredKey {
                 id: k.id,
                 seq: k.seq,
+                created_at: k.created_at,
             })
-            .collect();
-        let wraps: Vec<StoredWrap> = self
-            .wrap_rows()
-            .await?
+            .collect())
+    }
+
+    async fn wrap_rows(&self) -> Result<Vec<StoredWrap>, Error> {
+        let rows: Vec<WrapRow> = on_db!(self, pool => {
+            sqlx::query_as("SELECT key_id, wrapping_key_id, wrapped FROM master_key_wraps")
+                .fetch_all(pool)
+                .await?
+        });
+        Ok(rows
             .into_iter()
             .map(|w| StoredWrap {
                 key_id: w.key_id,
                 wrapping_key_id: w.wrapping_key_id,
                 wrapped: w.wrapped,
             })
-            .collect();
+            .collect())
+    }
+
+    /// Unwraps every stored key this process can reach from the ones it
+    /// holds, and seals from then on with the newest held key.
+    async fn refresh_keys(&self) -> Result<(), Error> {
+        let keys = self.master_key_rows().await?;
+        let wraps = self.wrap_rows().await?;
         self.secrets
             .ring_mut()
             .learn(&keys, &wraps)
@@ -339,17 +306,11 @@ impl Store {
     /// sealed; a sealed value is opened first, and refused values stop
     /// everything: nothing is overwritten).
     fn reseal(&self, value: &Stored, key_id: &str) -> Result<Step, Error> {
-        let ring = self.secrets.ring();
-        let binding = value.slot.binding();
-        let plain = if secrets_at_rest::is_sealed(&value.value) {
-            ring.open(&binding, &value.value)
-                .map_err(|e| refused(&value.slot, e))?
-        } else {
-            Zeroizing::new(value.value.as_bytes().to_vec())
-        };
-        let sealed = ring
-            .seal_with(key_id, &binding, &plain)
-            .expect("the target key is held");
+        let sealed = self
+            .secrets
+            .ring()
+            .reseal(&value.slot.binding(), &value.value, key_id)
+            .map_err(|e| refused(&value.slot, e))?;
         Ok(value.replace(sealed))
     }
 
@@ -359,7 +320,7 @@ impl Store {
     pub(super) async fn adopt_master_key(&self, label: &str) -> Result<(), anyhow::Error> {
         let held = self.secrets.ring().current().to_string();
         let known = self.master_key_rows().await?;
-        if known.is_empty() {
+        if secrets_at_rest::adopt(&known, &held, label)? == Adoption::First {
             let mut steps = vec![
                 Step::rows(
                     "INSERT INTO master_keys (id, seq, created_at) SELECT $1, 1, $2 \
@@ -380,13 +341,6 @@ impl Store {
             }
             tracing::info!(key = %held, sealed, "master key recorded; stored secrets sealed under it");
             return Ok(());
-        }
-        if !known.iter().any(|k| k.id == held) {
-            let ids: Vec<&str> = known.iter().map(|k| k.id.as_str()).collect();
-            anyhow::bail!(
-                "the master key {label} (id {held}) is not a key of this database (its keys: {}); refusing to start, nothing was changed",
-                ids.join(", ")
-            );
         }
         self.refresh_keys().await?;
         let current = self.secrets.ring().current().to_string();
@@ -410,33 +364,11 @@ impl Store {
         let keys = self.master_key_rows().await?;
         let wraps = self.wrap_rows().await?;
         let values = self.stored_secrets().await?;
-        let count = |id: &str| {
-            values
-                .iter()
-                .filter(|v| secrets_at_rest::sealed_by(&v.value) == Some(id))
-                .count() as u64
-        };
-        Ok(SecretsStatus {
-            current: keys.last().map(|k| k.id.clone()).unwrap_or_default(),
-            plain_text: values
-                .iter()
-                .filter(|v| !secrets_at_rest::is_sealed(&v.value))
-                .count() as u64,
-            keys: keys
-                .iter()
-                .map(|k| KeyStatus {
-                    id: k.id.clone(),
-                    seq: k.seq,
-                    created_at: k.created_at,
-                    values: count(&k.id),
-                    wrapped_under: wraps
-                        .iter()
-                        .filter(|w| w.key_id == k.id)
-                        .map(|w| w.wrapping_key_id.clone())
-                        .collect(),
-                })
-                .collect(),
-        })
+        Ok(SecretsStatus::count(
+            &keys,
+            &wraps,
+            values.iter().map(|v| v.value.as_str()),
+        ))
     }
 
     /// Re-seals every stored value under `new`, while the service serves:
@@ -450,62 +382,27 @@ impl Store {
     /// values it re-sealed.
     pub async fn rotate_secrets(&self, new: MasterKey, settle: Duration) -> Result<u64, Error> {
         self.refresh_keys().await?;
-        let new_id = new.id().to_string();
         let known = self.master_key_rows().await?;
-        let newest = known.last().map(|k| k.id.clone()).unwrap_or_default();
-        let previous = if newest == new_id {
-            // Resuming: the key before it.
-            known
-                .iter()
-                .rev()
-                .nth(1)
-                .map(|k| k.id.clone())
-                .unwrap_or_default()
-        } else {
-            newest.clone()
-        };
-        {
-            let mut ring = self.secrets.ring_mut();
-            if !ring.holds(&previous) && !previous.is_empty() {
-                return Err(Error::Validation {
-                    field: "master-key-file".into(),
-                    rule: format!(
-                        "the rotation needs the current master key {previous}; start it with --master-key-file naming that key"
-                    ),
-                });
-            }
-            ring.insert(new.clone());
-        }
-        if newest != new_id {
-            if known.iter().any(|k| k.id == new_id) {
-                return Err(Error::Validation {
-                    field: "new-key-file".into(),
-                    rule: format!(
-                        "the key {new_id} was this database's key before; rotate to a new key (`secrets generate-key`)"
-                    ),
-                });
-            }
-            let (down, up) = {
-                let ring = self.secrets.ring();
-                (
-                    ring.wrap(&previous, &new_id).expect("both keys are held"),
-                    ring.wrap(&new_id, &previous).expect("both keys are held"),
-                )
-            };
-            let mut steps = vec![
-                Step::rows(
-                    "INSERT INTO master_keys (id, seq, created_at) SELECT $1, COALESCE(MAX(seq), 0) + 1, $2 FROM master_keys",
-                    params![&new_id, now_ms()],
-                ),
-                Step::rows(
+        let rotation = self
+            .secrets
+            .ring_mut()
+            .begin_rotation(&known, new)
+            .map_err(|e| Error::Validation {
+                field: e.option().into(),
+                rule: e.to_string(),
+            })?;
+        let new_id = rotation.new_id;
+        if let Some(wraps) = rotation.record {
+            let mut steps = vec![Step::rows(
+                "INSERT INTO master_keys (id, seq, created_at) SELECT $1, COALESCE(MAX(seq), 0) + 1, $2 FROM master_keys",
+                params![&new_id, now_ms()],
+            )];
+            for w in wraps {
+                steps.push(Step::rows(
                     "INSERT INTO master_key_wraps (key_id, wrapping_key_id, wrapped) VALUES ($1, $2, $3)",
-                    params![&new_id, &previous, down],
-                ),
-            ];
-            steps.push(Step::rows(
-                "INSERT INTO master_key_wraps (key_id, wrapping_key_id, wrapped) VALUES ($1, $2, $3)",
-                params![&previous, &new_id, up],
-            ));
+                    params![w.key_id, w.wrapping_key_id, w.wrapped],
+                ));
+            }
             self.write(Unit::new(steps)).await?;
         }
         self.refresh_keys().await?;
@@ -553,24 +450,14 @@ impl Store {
     /// it refuse to start from then on.
     pub async fn forget_master_key(&self, key_id: &str) -> Result<(), Error> {
         let status = self.secrets_status().await?;
-        let Some(key) = status.keys.iter().find(|k| k.id == key_id) else {
-            return Err(Error::NotFound {
+        status.may_forget(key_id).map_err(|e| match e {
+            ForgetRefused::Unknown { .. } => Error::NotFound {
                 what: format!("master key {key_id}"),
-            });
-        };
-        if status.current == key_id || key.values > 0 {
-            return Err(Error::Conflict {
-                what: format!(
-                    "master key {key_id} still protects {} values{}; rotate first",
-                    key.values,
-                    if status.current == key_id {
-                        " and seals new ones"
-                    } else {
-                        ""
-                    }
-                ),
-            });
-        }
+            },
+            in_use => Error::Conflict {
+                what: in_use.to_string(),
+            },
+        })?;
         self.write(Unit::new(vec![
             Step::rows(
                 "DELETE FROM master_key_wraps WHERE key_id = $1 OR wrapping_key_id = $1",

@@ -3,6 +3,7 @@
 //! multi-process and crash stories.
 #![allow(dead_code)]
 
+pub mod dkim;
 pub mod feedback;
 pub mod mta;
 pub mod receiver;
