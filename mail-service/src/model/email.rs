@@ -775,7 +775,7 @@ mod tests {
         let email = validate_email(&body).unwrap();
         assert_eq!(email.attachments[0].bytes, b"hi");
         assert_eq!(
-            email.payload.message.attachments.as_ref().unwrap()[0].content,
+            email.payload.attachments.as_ref().unwrap()[0].content,
             "aGk="
         );
         for (content, field) in [
