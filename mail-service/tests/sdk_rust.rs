@@ -124,7 +124,8 @@ async fn emails(target: &Target) {
 
     // resend-rs sends an attachment's content as an array of bytes, which
     // Resend's API takes besides base64 text; the message carries it.
-    let attached = email("Attached").with_attachment(b"PDF".to_vec());
+    let pdf = vec![0x25, 0x50, 0x44, 0x46, 0x00, 0xff, 0xfe];
+    let attached = email("Attached").with_attachment(pdf);
     let sent = resend
         .emails
         .send(attached)
@@ -133,7 +134,7 @@ async fn emails(target: &Target) {
     let message = std::fs::read_to_string(target.outbox.join(format!("{}.eml", sent.id)))
         .expect("the message is in the outbox");
     assert!(
-        message.contains("UERG"),
+        message.contains("JVBERgD//g=="),
         "the attachment's bytes, base64: {message}"
     );
 
