@@ -101,6 +101,7 @@ async fn a_send_through_postfix_passes_opendkim(b: Backend) {
     let Some(mta) = Mta::start(MtaOptions {
         dns: dns.addr(),
         feedback: None,
+        verify_dkim: true,
     }) else {
         return;
     };
@@ -149,6 +150,7 @@ async fn a_wrong_password_is_502_with_the_relays_words(b: Backend) {
     let Some(mta) = Mta::start(MtaOptions {
         dns: dns.addr(),
         feedback: None,
+        verify_dkim: true,
     }) else {
         return;
     };
@@ -179,6 +181,7 @@ async fn a_relay_without_starttls_gets_nothing_in_clear(b: Backend) {
     let Some(mta) = Mta::start(MtaOptions {
         dns: dns.addr(),
         feedback: None,
+        verify_dkim: true,
     }) else {
         return;
     };
@@ -210,6 +213,7 @@ async fn a_postfix_bounce_comes_back_over_tls(b: Backend) {
     let Some(mta) = Mta::start(MtaOptions {
         dns: dns.addr(),
         feedback: Some((vec!["send.acme.test".into()], port)),
+        verify_dkim: true,
     }) else {
         return;
     };
@@ -268,6 +272,7 @@ async fn a_deferral_at_rcpt_fails_once_and_a_keyed_retry_sends_nothing(b: Backen
     let Some(mta) = Mta::start(MtaOptions {
         dns: dns.addr(),
         feedback: None,
+        verify_dkim: true,
     }) else {
         return;
     };

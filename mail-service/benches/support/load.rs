@@ -79,7 +79,20 @@ pub async fn load_api(
                             let _ = r.bytes().await;
                             latencies.push(t.elapsed());
                         }
-                        _ => errors += 1,
+                        Ok(r) => {
+                            errors += 1;
+                            if errors == 1 {
+                                let status = r.status();
+                                let body = r.text().await.unwrap_or_default();
+                                eprintln!("a refusal: {status} {body}");
+                            }
+                        }
+                        Err(e) => {
+                            errors += 1;
+                            if errors == 1 {
+                                eprintln!("a failed request: {e}");
+                            }
+                        }
                     }
                 }
                 (latencies, errors)
