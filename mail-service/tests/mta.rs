@@ -32,6 +32,18 @@ fn relay(mta: &Mta, port: u16, password: &str) -> Transport {
     .unwrap()
 }
 
+/// The test's DNS server and the MTA (OpenDKIM asking that server);
+/// `None` when the MTA's packages are missing (see [`Mta::start`]).
+fn mta_with_dns(feedback: Option<(Vec<String>, u16)>) -> Option<(DnsFixture, Mta)> {
+    let dns = DnsFixture::start().unwrap();
+    let mta = Mta::start(MtaOptions {
+        dns: dns.addr(),
+        feedback,
+        verify_dkim: true,
+    })?;
+    Some((dns, mta))
+}
+
 fn settings() -> Settings {
     Settings {
         webhooks: WebhookSettings {
@@ -97,12 +109,7 @@ fn to(address: &str) -> Value {
 /// A send through Postfix lands in the Maildir with OpenDKIM's `dkim=pass`,
 /// and the email is `sent` with its `email.sent` webhook.
 async fn a_send_through_postfix_passes_opendkim(b: Backend) {
-    let dns = DnsFixture::start().unwrap();
-    let Some(mta) = Mta::start(MtaOptions {
-        dns: dns.addr(),
-        feedback: None,
-        verify_dkim: true,
-    }) else {
+    let Some((dns, mta)) = mta_with_dns(None) else {
         return;
     };
     let app = TestApp::with(
@@ -146,12 +153,7 @@ async fn a_send_through_postfix_passes_opendkim(b: Backend) {
 /// A wrong password: 502 with the relay's own refusal and the email's id,
 /// nothing delivered, the password nowhere.
 async fn a_wrong_password_is_502_with_the_relays_words(b: Backend) {
-    let dns = DnsFixture::start().unwrap();
-    let Some(mta) = Mta::start(MtaOptions {
-        dns: dns.addr(),
-        feedback: None,
-        verify_dkim: true,
-    }) else {
+    let Some((_dns, mta)) = mta_with_dns(None) else {
         return;
     };
     let wrong = "not-the-Relay-password";
@@ -177,12 +179,7 @@ async fn a_wrong_password_is_502_with_the_relays_words(b: Backend) {
 /// A relay that offers no STARTTLS while it is required gets nothing: no
 /// AUTH, no MAIL FROM in clear.
 async fn a_relay_without_starttls_gets_nothing_in_clear(b: Backend) {
-    let dns = DnsFixture::start().unwrap();
-    let Some(mta) = Mta::start(MtaOptions {
-        dns: dns.addr(),
-        feedback: None,
-        verify_dkim: true,
-    }) else {
+    let Some((_dns, mta)) = mta_with_dns(None) else {
         return;
     };
     let app = TestApp::with(
@@ -207,14 +204,9 @@ async fn a_relay_without_starttls_gets_nothing_in_clear(b: Backend) {
 /// which it delivers to the feedback listener over STARTTLS: `bounced`,
 /// suppressed, `email.bounced` signed, and the next send is `suppressed`.
 async fn a_postfix_bounce_comes_back_over_tls(b: Backend) {
-    let dns = DnsFixture::start().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let Some(mta) = Mta::start(MtaOptions {
-        dns: dns.addr(),
-        feedback: Some((vec!["send.acme.test".into()], port)),
-        verify_dkim: true,
-    }) else {
+    let Some((dns, mta)) = mta_with_dns(Some((vec!["send.acme.test".into()], port))) else {
         return;
     };
     let app = TestApp::with(
@@ -268,12 +260,7 @@ async fn a_postfix_bounce_comes_back_over_tls(b: Backend) {
 /// relay's words (README "Relays"), and a retry with the same
 /// Idempotency-Key answers the same without a second attempt.
 async fn a_deferral_at_rcpt_fails_once_and_a_keyed_retry_sends_nothing(b: Backend) {
-    let dns = DnsFixture::start().unwrap();
-    let Some(mta) = Mta::start(MtaOptions {
-        dns: dns.addr(),
-        feedback: None,
-        verify_dkim: true,
-    }) else {
+    let Some((_dns, mta)) = mta_with_dns(None) else {
         return;
     };
     let app = TestApp::with(
