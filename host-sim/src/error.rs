@@ -71,16 +71,8 @@ impl InvokeError {
     /// The stable machine-readable code.
     pub fn code(&self) -> &str {
         match self {
-            InvokeError::Unauthenticated => "unauthenticated",
-            InvokeError::NoProjectAccess { .. }
-            | InvokeError::NotGranted { .. }
-            | InvokeError::CapabilityNotApproved { .. } => "forbidden",
-            InvokeError::StaleGeneration { .. } => "stale_generation",
-            InvokeError::InvalidInput(_) => "invalid_input",
-            InvokeError::NotInstalled { .. } | InvokeError::NoSuchAction { .. } => "not_found",
-            InvokeError::LimitExceeded { .. } => "limit_exceeded",
             InvokeError::Action { code, .. } => code,
-            InvokeError::Internal(_) => "internal",
+            other => other.host_code().unwrap_or("internal"),
         }
     }
 
@@ -88,7 +80,13 @@ impl InvokeError {
     /// for every error the extension itself returned (its codes are the
     /// extension's words, not a closed set).
     pub fn metric_outcome(&self) -> &'static str {
-        match self {
+        self.host_code().unwrap_or("action_error")
+    }
+
+    /// The code of an error the host decided; `None` for an error the
+    /// extension returned (its code is its own).
+    fn host_code(&self) -> Option<&'static str> {
+        Some(match self {
             InvokeError::Unauthenticated => "unauthenticated",
             InvokeError::NoProjectAccess { .. }
             | InvokeError::NotGranted { .. }
@@ -97,9 +95,9 @@ impl InvokeError {
             InvokeError::InvalidInput(_) => "invalid_input",
             InvokeError::NotInstalled { .. } | InvokeError::NoSuchAction { .. } => "not_found",
             InvokeError::LimitExceeded { .. } => "limit_exceeded",
-            InvokeError::Action { .. } => "action_error",
+            InvokeError::Action { .. } => return None,
             InvokeError::Internal(_) => "internal",
-        }
+        })
     }
 
     /// The kind of a refusal before the extension ran, for the metrics:
