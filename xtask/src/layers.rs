@@ -354,22 +354,44 @@ fn raw_string_start(chars: &[char], i: usize) -> Option<(usize, usize)> {
     (chars.get(j) == Some(&'"')).then_some((hashes, j))
 }
 
+/// A module path (`["state", "error"]`).
+type Module = Vec<String>;
+
 /// The top-level modules (or root items) that paths in `text` name from
-/// the crate root, with their lines. `file_module` is the file's module
-/// path; inline `mod name { … }` blocks extend it.
+/// the crate root, with their lines: the first segment of each path
+/// [`references`] resolves, once per line and module (`pool::{A, B}` is one
+/// use of `pool`).
 fn root_references(file_module: &[String], text: &str) -> Vec<(usize, String)> {
+    let mut found: Vec<(usize, String)> = references(file_module, text)
+        .into_iter()
+        .filter_map(|(line, _, path)| Some((line, path.first()?.clone())))
+        .collect();
+    found.dedup();
+    found
+}
+
+/// Every path in `text` (the file of module `file_module`) that starts at
+/// the crate root, a `super` chain or `self`, resolved to a full path from
+/// the root, with its line and the module it is written in (inline `mod
+/// name { … }` blocks extend the file's module path).
+fn references(file_module: &[String], text: &str) -> Vec<(usize, Module, Module)> {
     let tokens = tokens(text);
     let mut found = Vec::new();
-    // Inline modules: (name, brace depth inside it).
     let mut inline: Vec<(String, usize)> = Vec::new();
     let mut depth = 0usize;
     let mut i = 0;
+    let is = |at: usize, token: &Token| tokens.get(at).map(|(_, t)| t) == Some(token);
+    let ident = |at: usize| match tokens.get(at) {
+        Some((_, Token::Ident(name))) => Some(name.as_str()),
+        _ => None,
+    };
     while i < tokens.len() {
-        let ident = |at: usize| match tokens.get(at) {
-            Some((_, Token::Ident(name))) => Some(name.as_str()),
-            _ => None,
-        };
-        let is = |at: usize, token: &Token| tokens.get(at).map(|(_, t)| t) == Some(token);
+        let here: Module = file_module
+            .iter()
+            .cloned()
+            .chain(inline.iter().map(|(name, _)| name.clone()))
+            .collect();
+        let after_path = i > 0 && (is(i - 1, &Token::PathSep) || is(i - 1, &Token::Punct('$')));
         match &tokens[i].1 {
             Token::Punct('{') => depth += 1,
             Token::Punct('}') => {
@@ -388,28 +410,40 @@ fn root_references(file_module: &[String], text: &str) -> Vec<(usize, String)> {
                     continue;
                 }
             }
-            Token::Ident(word) if word == "crate" => {
-                let after_dollar = i > 0 && is(i - 1, &Token::Punct('$'));
-                if !after_dollar && is(i + 1, &Token::PathSep) {
-                    found.extend(targets(&tokens, i + 2));
-                }
+            Token::Ident(word)
+                if (word == "crate" || word == "self")
+                    && !after_path
+                    && is(i + 1, &Token::PathSep) =>
+            {
+                let base = if word == "crate" {
+                    Vec::new()
+                } else {
+                    here.clone()
+                };
+                found.extend(
+                    resolve(&base, &tokens, i + 2)
+                        .into_iter()
+                        .map(|(line, path)| (line, here.clone(), path)),
+                );
+                i += 2;
+                continue;
             }
-            Token::Ident(word) if word == "super" => {
-                let preceded_by_path = i > 0 && is(i - 1, &Token::PathSep);
-                if !preceded_by_path {
-                    let mut ups = 0;
-                    let mut j = i;
-                    while ident(j) == Some("super") && is(j + 1, &Token::PathSep) {
-                        ups += 1;
-                        j += 2;
-                    }
-                    let here = file_module.len() + inline.len();
-                    if ups > 0 && ups == here {
-                        found.extend(targets(&tokens, j));
-                    }
-                    i = j.max(i + 1);
-                    continue;
+            Token::Ident(word) if word == "super" && !after_path => {
+                let mut ups = 0;
+                let mut j = i;
+                while ident(j) == Some("super") && is(j + 1, &Token::PathSep) {
+                    ups += 1;
+                    j += 2;
                 }
+                if ups > 0 && ups <= here.len() {
+                    found.extend(
+                        resolve(&here[..here.len() - ups], &tokens, j)
+                            .into_iter()
+                            .map(|(line, path)| (line, here.clone(), path)),
+                    );
+                }
+                i = j.max(i + 1);
+                continue;
             }
             _ => {}
         }
@@ -418,43 +452,49 @@ fn root_references(file_module: &[String], text: &str) -> Vec<(usize, String)> {
     found
 }
 
-/// The first segment of the path at `at` (right after `crate::`), or each
-/// first segment of a `{ … }` group there.
-fn targets(tokens: &[(usize, Token)], at: usize) -> Vec<(usize, String)> {
-    match tokens.get(at) {
-        Some((line, Token::Ident(name))) if name != "self" => vec![(*line, name.clone())],
-        Some((_, Token::Punct('{'))) => {
-            let mut out = Vec::new();
-            let mut depth = 0;
-            let mut expect_item = true;
-            for (line, token) in &tokens[at..] {
-                match token {
-                    Token::Punct('{') => {
-                        depth += 1;
-                        if depth == 1 {
-                            expect_item = true;
-                        }
-                    }
-                    Token::Punct('}') => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    Token::Punct(',') if depth == 1 => expect_item = true,
-                    Token::Ident(name) if depth == 1 && expect_item => {
-                        if name != "self" {
-                            out.push((*line, name.clone()));
-                        }
-                        expect_item = false;
-                    }
-                    _ if depth == 1 => expect_item = false,
-                    _ => {}
+/// The paths at `at` (after `base::`), each as `base` plus its segments:
+/// one for `a::b::C`, one per item for `a::{b, c::D}`.
+fn resolve(base: &[String], tokens: &[(usize, Token)], at: usize) -> Vec<(usize, Module)> {
+    let mut path = base.to_vec();
+    let mut i = at;
+    let mut line = tokens.get(at).map(|(line, _)| *line).unwrap_or(0);
+    loop {
+        match tokens.get(i) {
+            Some((at_line, Token::Ident(name))) => {
+                line = *at_line;
+                if name != "self" {
+                    path.push(name.clone());
                 }
+                if tokens.get(i + 1).map(|(_, t)| t) == Some(&Token::PathSep) {
+                    i += 2;
+                    continue;
+                }
+                return vec![(line, path)];
             }
-            out
+            Some((_, Token::Punct('{'))) => {
+                let mut out = Vec::new();
+                let mut nested = 0;
+                let mut item_start = true;
+                for j in i + 1..tokens.len() {
+                    match &tokens[j].1 {
+                        Token::Punct('{') => nested += 1,
+                        Token::Punct('}') if nested == 0 => break,
+                        Token::Punct('}') => nested -= 1,
+                        Token::Punct(',') if nested == 0 => {
+                            item_start = true;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if item_start && nested == 0 {
+                        out.extend(resolve(&path, tokens, j));
+                    }
+                    item_start = false;
+                }
+                return out;
+            }
+            _ => return vec![(line, path)],
         }
-        _ => Vec::new(),
     }
 }
 

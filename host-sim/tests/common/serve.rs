@@ -1,9 +1,8 @@
 //! A `host-sim serve` process over a test's state directory, with the
-//! operator listener on: where it listens, its log lines (JSON), and raw
-//! HTTP/1.1 requests to it.
+//! operator listener on: where it listens, its log lines (JSON), and
+//! requests to it.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
@@ -119,56 +118,34 @@ impl Answer {
     }
 }
 
-/// One HTTP/1.1 request without a body, the connection closed after it.
+/// One request without a body (reqwest's blocking client, no redirects
+/// followed): status, headers with lower-case names, body.
 pub fn request(address: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
+    let client = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
         .unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n");
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = client.request(method, format!("http://{address}{path}"));
     for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
+        request = request.header(*name, *value);
     }
-    head.push_str("content-length: 0\r\n\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let headers = head
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            Some((name.trim().to_ascii_lowercase(), value.trim().to_string()))
-        })
-        .collect::<Vec<_>>();
-    let chunked = headers
+    let response = request.send().expect("the server answers");
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
         .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
     Answer {
         status,
         headers,
-        body: if chunked {
-            dechunk(body)
-        } else {
-            body.to_string()
-        },
+        body: response.text().expect("a body"),
     }
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
 }

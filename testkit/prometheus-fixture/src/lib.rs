@@ -6,8 +6,7 @@
 //! package installs it) except under `CI`, where it fails: `.ci/run`
 //! installs Debian's `prometheus` package, which brings both binaries.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -155,7 +154,7 @@ impl Prometheus {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
             }
-            if let Ok((200, _)) = get(&self.address, "/-/ready") {
+            if let Ok((200, _)) = get(&self.address, "/-/ready", &[]) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -171,11 +170,8 @@ impl Prometheus {
     /// One instant query: each series' labels and value (`NaN`, `+Inf`
     /// as Prometheus writes them, parsed).
     pub fn query(&self, expr: &str) -> Result<Vec<(Value, f64)>, String> {
-        let (status, body) = get(
-            &self.address,
-            &format!("/api/v1/query?query={}", encode(expr)),
-        )
-        .map_err(|e| format!("the query API did not answer: {e}"))?;
+        let (status, body) = get(&self.address, "/api/v1/query", &[("query", expr)])
+            .map_err(|e| format!("the query API did not answer: {e}"))?;
         let answer: Value =
             serde_json::from_str(&body).map_err(|e| format!("{status}: {e}: {body}"))?;
         if answer["status"] != "success" {
@@ -224,77 +220,20 @@ impl Prometheus {
     }
 }
 
-/// `GET path` on `address` (HTTP/1.1, connection closed): status and body.
-fn get(address: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(address)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Ok((status, body))
-}
-
-/// The body of a chunked answer.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// Percent-encodes a query parameter (everything but unreserved bytes).
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// `GET path` on `address` with `query`: status and body.
+fn get(address: &str, path: &str, query: &[(&str, &str)]) -> reqwest::Result<(u16, String)> {
+    let response = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?
+        .get(format!("http://{address}{path}"))
+        .query(query)
+        .send()?;
+    Ok((response.status().as_u16(), response.text()?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_query_is_percent_encoded_and_a_chunked_body_joined() {
-        assert_eq!(
-            encode("sum(rate(x_bucket[1m])) by (le)"),
-            "sum%28rate%28x_bucket%5B1m%5D%29%29%20by%20%28le%29"
-        );
-        assert_eq!(
-            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
-            "hello world"
-        );
-    }
 
     #[test]
     fn promtool_flags_a_counter_without_total_and_passes_a_clean_one() {

@@ -10,10 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use super::{Token, Violation, module_path, tokens};
-
-/// A module path (`["state", "error"]`), shown as `state::error`.
-type Module = Vec<String>;
+use super::{Module, Violation, module_path, references};
 
 fn shown(module: &[String]) -> String {
     module.join("::")
@@ -67,134 +64,6 @@ fn deepest_module(modules: &BTreeSet<Module>, path: &[String]) -> Option<Module>
         .rev()
         .map(|n| path[..n].to_vec())
         .find(|prefix| modules.contains(prefix))
-}
-
-/// Every path in `text` (the file of module `file_module`) that starts at
-/// the crate root, a `super` chain or `self`, resolved to a full path from
-/// the root, with its line and the module it is written in (inline `mod
-/// name { … }` blocks extend the file's module path).
-fn references(file_module: &[String], text: &str) -> Vec<(usize, Module, Module)> {
-    let tokens = tokens(text);
-    let mut found = Vec::new();
-    let mut inline: Vec<(String, usize)> = Vec::new();
-    let mut depth = 0usize;
-    let mut i = 0;
-    let is = |at: usize, token: &Token| tokens.get(at).map(|(_, t)| t) == Some(token);
-    let ident = |at: usize| match tokens.get(at) {
-        Some((_, Token::Ident(name))) => Some(name.as_str()),
-        _ => None,
-    };
-    while i < tokens.len() {
-        let here: Module = file_module
-            .iter()
-            .cloned()
-            .chain(inline.iter().map(|(name, _)| name.clone()))
-            .collect();
-        let after_path = i > 0 && (is(i - 1, &Token::PathSep) || is(i - 1, &Token::Punct('$')));
-        match &tokens[i].1 {
-            Token::Punct('{') => depth += 1,
-            Token::Punct('}') => {
-                depth = depth.saturating_sub(1);
-                while inline.last().is_some_and(|(_, inside)| *inside > depth) {
-                    inline.pop();
-                }
-            }
-            Token::Ident(word) if word == "mod" => {
-                if let Some(name) = ident(i + 1)
-                    && is(i + 2, &Token::Punct('{'))
-                {
-                    depth += 1;
-                    inline.push((name.to_string(), depth));
-                    i += 3;
-                    continue;
-                }
-            }
-            Token::Ident(word)
-                if (word == "crate" || word == "self")
-                    && !after_path
-                    && is(i + 1, &Token::PathSep) =>
-            {
-                let base = if word == "crate" {
-                    Vec::new()
-                } else {
-                    here.clone()
-                };
-                found.extend(
-                    resolve(&base, &tokens, i + 2)
-                        .into_iter()
-                        .map(|(line, path)| (line, here.clone(), path)),
-                );
-                i += 2;
-                continue;
-            }
-            Token::Ident(word) if word == "super" && !after_path => {
-                let mut ups = 0;
-                let mut j = i;
-                while ident(j) == Some("super") && is(j + 1, &Token::PathSep) {
-                    ups += 1;
-                    j += 2;
-                }
-                if ups > 0 && ups <= here.len() {
-                    found.extend(
-                        resolve(&here[..here.len() - ups], &tokens, j)
-                            .into_iter()
-                            .map(|(line, path)| (line, here.clone(), path)),
-                    );
-                }
-                i = j.max(i + 1);
-                continue;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    found
-}
-
-/// The paths at `at` (after `base::`), each as `base` plus its segments:
-/// one for `a::b::C`, one per item for `a::{b, c::D}`.
-fn resolve(base: &[String], tokens: &[(usize, Token)], at: usize) -> Vec<(usize, Module)> {
-    let mut path = base.to_vec();
-    let mut i = at;
-    let mut line = tokens.get(at).map(|(line, _)| *line).unwrap_or(0);
-    loop {
-        match tokens.get(i) {
-            Some((at_line, Token::Ident(name))) => {
-                line = *at_line;
-                if name != "self" {
-                    path.push(name.clone());
-                }
-                if tokens.get(i + 1).map(|(_, t)| t) == Some(&Token::PathSep) {
-                    i += 2;
-                    continue;
-                }
-                return vec![(line, path)];
-            }
-            Some((_, Token::Punct('{'))) => {
-                let mut out = Vec::new();
-                let mut nested = 0;
-                let mut item_start = true;
-                for j in i + 1..tokens.len() {
-                    match &tokens[j].1 {
-                        Token::Punct('{') => nested += 1,
-                        Token::Punct('}') if nested == 0 => break,
-                        Token::Punct('}') => nested -= 1,
-                        Token::Punct(',') if nested == 0 => {
-                            item_start = true;
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    if item_start && nested == 0 {
-                        out.extend(resolve(&path, tokens, j));
-                    }
-                    item_start = false;
-                }
-                return out;
-            }
-            _ => return vec![(line, path)],
-        }
-    }
 }
 
 #[cfg(test)]
