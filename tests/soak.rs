@@ -18,18 +18,12 @@ use std::time::{Duration, Instant};
 use soak_fixture::{Sample, Soak, open_fds, percentile, rss_kib};
 use support::Platform;
 
+/// `SOAK_SECS` (60 s by default, at least 12 s), sampled every minute from
+/// 12 minutes on, else twelve times.
 fn length_and_interval() -> (Duration, Duration) {
-    let secs: u64 = std::env::var("SOAK_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
-    let length = Duration::from_secs(secs.max(12));
-    let interval = if length >= Duration::from_secs(12 * 60) {
-        Duration::from_secs(60)
-    } else {
-        length / 12
-    };
-    (length, interval)
+    let secs = std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok());
+    let length = Duration::from_secs(secs.unwrap_or(60_u64).max(12));
+    (length, (length / 12).min(Duration::from_secs(60)))
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The soak (issue 36): a `mail-service serve` process with its embedded
 //! defaults (SQLite, the file outbox) under steady mixed traffic (single
-//! sends, keyed sends, batches of five) from eight clients, sampled at
+//! sends, keyed sends, batches of five) from eight clients at a fixed
+//! total rate (`SOAK_RATE`, 100 requests a second by default), sampled at
 //! regular intervals: resident memory, open descriptors, the database and
 //! its WAL on disk, requests and their p99. A leak is a slope: it fails
 //! when memory or descriptors keep growing after the warm-up
@@ -23,22 +24,30 @@ use soak_fixture::{Sample, Soak, open_fds, percentile, rss_kib};
 /// its looks (100 ms) a group commit adds little.
 const WAL_CEILING: u64 = 96 << 20;
 
-fn length_and_interval() -> (Duration, Duration) {
-    let secs: u64 = std::env::var("SOAK_SECS")
+const CLIENTS: usize = 8;
+
+/// Requests a second over all clients (`SOAK_RATE`, 100 by default): a
+/// steady rate, the same on a fast machine and a slow one, so the figures
+/// compare across runs (the clients fall behind when the service cannot
+/// keep up, and the table shows it).
+fn rate() -> u32 {
+    std::env::var("SOAK_RATE")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
-    let length = Duration::from_secs(secs.max(12));
-    let interval = if length >= Duration::from_secs(12 * 60) {
-        Duration::from_secs(60)
-    } else {
-        length / 12
-    };
-    (length, interval)
+        .unwrap_or(100)
+        .max(1)
 }
 
 fn bytes(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// `SOAK_SECS` (60 s by default, at least 12 s), sampled every minute from
+/// 12 minutes on, else twelve times.
+fn length_and_interval() -> (Duration, Duration) {
+    let secs = std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok());
+    let length = Duration::from_secs(secs.unwrap_or(60_u64).max(12));
+    (length, (length / 12).min(Duration::from_secs(60)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -52,13 +61,18 @@ async fn steady_traffic_keeps_memory_and_descriptors_flat() {
     let latencies: Arc<Mutex<Vec<u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let http = http_client();
-    let clients: Vec<_> = (0..8)
+    let rate = rate();
+    let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
             let (http, base, key) = (http.clone(), server.base.clone(), send_key.clone());
             let (latencies, stop) = (latencies.clone(), stop.clone());
             tokio::spawn(async move {
+                let mut pace =
+                    tokio::time::interval(CLIENTS as u32 * Duration::from_secs(1) / rate);
+                pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 let mut n = 0_u64;
                 while !stop.load(Ordering::Relaxed) {
+                    pace.tick().await;
                     n += 1;
                     let request = match n % 10 {
                         9 => http.post(format!("{base}/emails/batch")).json(&json!([
@@ -88,7 +102,7 @@ async fn steady_traffic_keeps_memory_and_descriptors_flat() {
         .collect();
 
     println!(
-        "\nsoak: mail-service (SQLite, embedded defaults), {length:?}, a sample every {interval:?}"
+        "\nsoak: mail-service (SQLite, embedded defaults), {length:?} at {rate} requests/s, a sample every {interval:?}"
     );
     let mut soak = Soak::new("mail-service");
     soak.header();

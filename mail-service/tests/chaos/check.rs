@@ -112,12 +112,16 @@ impl Report {
         settled: (bool, Duration),
     ) -> Report {
         let mut conn = connect(db).await;
-        let emails: HashMap<i64, String> = sqlx::query_as("SELECT id, status FROM emails")
-            .fetch_all(&mut conn)
-            .await
-            .unwrap()
-            .into_iter()
-            .collect();
+        let rows: Vec<(i64, String, Option<i64>, i64)> =
+            sqlx::query_as("SELECT id, status, scheduled_at, created_at FROM emails")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        let emails: HashMap<i64, String> =
+            rows.iter().map(|(id, s, _, _)| (*id, s.clone())).collect();
+        // (due, created) as stored, for the failure messages.
+        let times: HashMap<i64, (Option<i64>, i64)> =
+            rows.iter().map(|(id, _, at, c)| (*id, (*at, *c))).collect();
         let events: Vec<(i64, String, String)> =
             sqlx::query_as("SELECT id, event_type, status FROM webhook_events")
                 .fetch_all(&mut conn)
@@ -175,10 +179,14 @@ impl Report {
                     let on_time = got.iter().all(|r| ms(r.mail_from_at) >= at);
                     scheduled.record(once && on_time, || {
                         format!(
-                            "scheduled email {id} ({}): {} receipt(s), due {at}, received at {:?}",
+                            "scheduled email {id} of key {:?} ({}): {} receipt(s), due {at} (stored as (due, created): {:?}), received (MAIL FROM, connected, subject) {:?}",
+                            request.key,
                             status(id),
                             got.len(),
-                            got.iter().map(|r| ms(r.mail_from_at)).collect::<Vec<_>>()
+                            times.get(&id),
+                            got.iter()
+                                .map(|r| (ms(r.mail_from_at), ms(r.connected_at), subject_of(r)))
+                                .collect::<Vec<_>>()
                         )
                     });
                 }
