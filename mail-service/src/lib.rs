@@ -41,10 +41,9 @@ pub async fn serve(
             let mut tick = tokio::time::interval(sweep_interval);
             loop {
                 tick.tick().await;
-                match service.sweep().await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::warn!(count = n, "abandoned handoffs declared unknown"),
-                    Err(e) => tracing::warn!(error = %e, "sweep failed"),
+                // What it settled is logged by the sweep itself.
+                if let Err(e) = service.sweep().await {
+                    tracing::warn!(error = %e, "sweep failed");
                 }
             }
         })

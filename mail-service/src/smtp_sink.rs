@@ -42,6 +42,9 @@ pub struct Received {
     /// When the sink accepted the connection that carried it: the start of
     /// the client's handoff as the provider sees it.
     pub connected_at: SystemTime,
+    /// When its `MAIL FROM` arrived: the start of this message's
+    /// transaction (later than `connected_at` on a reused connection).
+    pub mail_from_at: SystemTime,
 }
 
 impl Received {
@@ -133,6 +136,7 @@ async fn session(
     let mut lines = BufReader::new(read);
     write.write_all(b"220 smtp-sink ESMTP ready\r\n").await?;
     let mut mail_from = String::new();
+    let mut mail_from_at = connected_at;
     let mut rcpt_to = Vec::new();
     let mut line = String::new();
     loop {
@@ -168,6 +172,7 @@ async fn session(
             }
         } else if upper.starts_with("MAIL FROM:") {
             mail_from = line.trim_end()[10..].trim().to_string();
+            mail_from_at = SystemTime::now();
             rcpt_to.clear();
             write.write_all(b"250 OK\r\n").await?;
         } else if upper.starts_with("RCPT TO:") {
@@ -205,6 +210,7 @@ async fn session(
                     data,
                     mode: current,
                     connected_at,
+                    mail_from_at,
                 });
             match current {
                 SinkMode::Accept => write.write_all(b"250 2.0.0 OK queued\r\n").await?,

@@ -12,7 +12,7 @@ use common::{Backend, ServerProcess, TestApp, TestDb, email, http_client, smtp};
 use mail_service::model::Permission;
 use mail_service::service::Settings;
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
-use mail_service::store::{NewEmail, Reservation};
+use mail_service::store::{KeyRef, NewEmail, Reservation};
 use serde_json::json;
 
 async fn replay_returns_the_identical_answer(b: Backend) {
@@ -183,19 +183,24 @@ async fn two_processes_on_one_postgres_send_once(b: Backend) {
     exactly_one_message(&results, &sink);
 }
 
-async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
-    let app = TestApp::start(b).await;
-    // What a node leaves behind when it dies after reserving: the key in
-    // flight and the email `sending`.
+/// What a node leaves behind when it dies after reserving key `key` for
+/// `body`: the key in flight and the email `sending`, both leased for a
+/// minute; when `began`, with the mark it writes before the transport
+/// connects. Returns the email's id.
+async fn orphaned_reservation(
+    app: &TestApp,
+    key: &str,
+    body: &serde_json::Value,
+    began: bool,
+) -> i64 {
     let principal = app.service.authenticate(&app.send_key).await.unwrap();
     let now = app.service.now_ms();
     let id = app.service.next_id();
-    let body = email();
     let reservation = Reservation {
         tenant_id: principal.tenant_id,
         scope: "POST /emails".into(),
-        key: "orphan".into(),
-        body_hash: mail_service::service::body_hash(&body),
+        key: key.into(),
+        body_hash: mail_service::service::body_hash(body),
         replay_cutoff: now - 1,
     };
     let orphan = NewEmail {
@@ -216,6 +221,26 @@ async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
         .reserve_and_store(Some(&reservation), &[orphan], now, now + 60_000, None)
         .await
         .unwrap();
+    if began {
+        let key = KeyRef {
+            tenant_id: principal.tenant_id,
+            scope: "POST /emails".into(),
+            key: key.into(),
+        };
+        assert!(
+            app.store
+                .begin_handoff(id, Some(&key), now, now + 60_000)
+                .await
+                .unwrap()
+        );
+    }
+    id
+}
+
+async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
+    let app = TestApp::start(b).await;
+    let body = email();
+    let id = orphaned_reservation(&app, "orphan", &body, true).await;
 
     app.send_with_key("orphan", &body)
         .await
@@ -231,12 +256,106 @@ async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
     assert_eq!(app.outbox_count(), 0, "nothing was resent");
 }
 
+/// A node that died after reserving but before the handoff began (no
+/// mark): nothing reached the relay, so the email is `failed` (not sent),
+/// not `unknown`, and the key is released: the client's retry with it is
+/// sent, once.
+async fn a_node_that_stops_before_the_handoff_releases_the_key(b: Backend) {
+    let app = TestApp::start(b).await;
+    let body = email();
+    let id = orphaned_reservation(&app, "never-began", &body, false).await;
+    app.send_with_key("never-began", &body)
+        .await
+        .expect(409, "concurrent_idempotent_requests");
+    app.clock.advance_ms(60_001);
+    let retry = app.send_with_key("never-began", &body).await;
+    retry.expect(200, "");
+    assert_ne!(retry.body["id"], id.to_string(), "sent as a new email");
+    let orphan = app.get(&format!("/emails/{id}")).await;
+    assert_eq!(orphan.body["status"], "failed", "{}", orphan.body);
+    assert_eq!(app.outbox_count(), 1, "sent once, by the retry");
+    // From then on the key replays the retry's answer.
+    let replay = app.send_with_key("never-began", &body).await;
+    assert_eq!((replay.status, &replay.body), (200, &retry.body));
+    assert_eq!(app.outbox_count(), 1);
+}
+
+/// A keyed batch whose node stops during its first item's handoff: its key
+/// is held one handoff lease past that item's start, not one per item, so
+/// the client's retry gets a definite answer after one lease; the item
+/// whose handoff began is `unknown`, the items that never began are
+/// `failed` (not sent).
+async fn a_keyed_batch_cut_off_is_settled_after_one_lease(b: Backend) {
+    let sink = SmtpSink::start(0, SinkMode::Stall).await.unwrap();
+    let settings = Settings {
+        handoff_lease: Duration::from_secs(60),
+        ..Settings::default()
+    };
+    let app = TestApp::with(
+        b,
+        Some(smtp(sink.port(), Duration::from_secs(60))),
+        settings,
+    )
+    .await;
+    let items = json!([email(), email(), email(), email(), email()]);
+    let cut_off = app.spawn_post("/emails/batch", "batch-5", &items);
+    let started = std::time::Instant::now();
+    while sink.received().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "item 0 reached the relay"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The node stops: its request ends without an answer.
+    cut_off.abort();
+    let _ = cut_off.await;
+    app.call(
+        "POST",
+        "/emails/batch",
+        Some(&app.send_key),
+        &[("idempotency-key", "batch-5")],
+        Some(items.to_string().into_bytes()),
+    )
+    .await
+    .expect(409, "concurrent_idempotent_requests");
+    // One lease (the handoff bound plus its 30 s margin) after item 0
+    // began; five items' worth would be 450 s.
+    app.clock.advance_ms(90_001);
+    let retry = app
+        .call(
+            "POST",
+            "/emails/batch",
+            Some(&app.send_key),
+            &[("idempotency-key", "batch-5")],
+            Some(items.to_string().into_bytes()),
+        )
+        .await;
+    retry.expect(409, "handoff_unknown");
+    let unknown = app
+        .db
+        .count("SELECT count(*) FROM emails WHERE status = 'unknown'")
+        .await;
+    let not_sent = app
+        .db
+        .count("SELECT count(*) FROM emails WHERE status = 'failed' AND handoff_detail LIKE 'not sent:%'")
+        .await;
+    assert_eq!(
+        (unknown, not_sent),
+        (1, 4),
+        "item 0 unknown, items 1-4 not sent"
+    );
+    assert_eq!(sink.received().len(), 1, "nothing resent");
+}
+
 on_both_backends!(
     replay_returns_the_identical_answer,
     different_body_is_409,
     keys_are_scoped_by_path_and_tenant,
     fifty_concurrent_requests_send_once,
     a_node_that_stops_mid_handoff_leaves_the_key_unknown,
+    a_node_that_stops_before_the_handoff_releases_the_key,
+    a_keyed_batch_cut_off_is_settled_after_one_lease,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -584,9 +584,9 @@ async fn a_scheduled_handoff_is_never_retried(b: Backend) {
     assert_eq!(sink.received().len(), 2, "each handed off once");
 }
 
-/// A node that claimed a due email and died before recording the outcome:
-/// when the lease has run out the sweeper declares it `unknown`; nothing
-/// hands it off again.
+/// A node that claimed a due email, began its handoff and died before
+/// recording the outcome: when the lease has run out the sweeper declares
+/// it `unknown`; nothing hands it off again.
 async fn a_claim_whose_node_died_becomes_unknown(b: Backend) {
     let app = TestApp::start(b).await;
     let id = schedule(&app, 0).await;
@@ -597,6 +597,13 @@ async fn a_claim_whose_node_died_becomes_unknown(b: Backend) {
         .await
         .unwrap();
     assert_eq!(claimed, 1);
+    // Its handoff began: the mark written before the transport connects.
+    let began = app
+        .store
+        .begin_handoff(id.parse().unwrap(), None, now, now + MINUTE)
+        .await
+        .unwrap();
+    assert!(began);
     assert_eq!(status(&app, &id).await["status"], "sending");
     // Claimed (due and its handoff under way): too late to move or cancel,
     // whatever the revision, and the answer says why.
@@ -640,6 +647,61 @@ async fn a_claim_whose_node_died_becomes_unknown(b: Backend) {
     );
     assert_eq!(app.service.dispatch_due().await.unwrap(), 0);
     assert_eq!(app.outbox_count(), 0);
+}
+
+/// A node that claimed a due email and died before its handoff began (no
+/// mark): nothing reached the relay, so once the lease has run out the
+/// sweeper hands it back to the scheduler instead of declaring it
+/// `unknown`, and it is sent once.
+async fn a_claim_whose_handoff_never_began_goes_back_to_scheduled(b: Backend) {
+    let app = TestApp::start(b).await;
+    let id = schedule(&app, 0).await;
+    let now = app.service.now_ms();
+    let claimed = app
+        .store
+        .claim_due(app.service.next_id(), now, now + MINUTE, 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed, 1);
+    app.clock.advance_ms(MINUTE + 1);
+    handed_back_and_sent_once(&app, &id).await;
+}
+
+/// The sweep hands a claimed email whose handoff never began back to the
+/// scheduler, which sends it once, and never again.
+async fn handed_back_and_sent_once(app: &TestApp, id: &str) {
+    assert_eq!(app.service.sweep().await.unwrap(), 1);
+    assert_eq!(status(app, id).await["status"], "scheduled");
+    assert_eq!(app.service.dispatch_due().await.unwrap(), 1);
+    assert_eq!(status(app, id).await["status"], "sent");
+    app.clock.advance_ms(DAY);
+    assert_eq!(app.service.sweep().await.unwrap(), 0);
+    assert_eq!(app.service.dispatch_due().await.unwrap(), 0);
+    assert_eq!(app.outbox_count(), 1, "sent once");
+}
+
+/// A storage error as the scheduler picks a due email up (its database
+/// connection cut, here: the domains it reads are gone for a moment) is
+/// not a permanent outcome: the email is not marked `failed`; it stays
+/// claimed, and once its lease has run out the sweeper hands it back to
+/// the scheduler, which sends it once.
+async fn a_storage_error_before_a_scheduled_handoff_is_retried(b: Backend) {
+    let app = TestApp::start(b).await;
+    let id = schedule(&app, MINUTE).await;
+    app.clock.advance_ms(MINUTE);
+    app.db
+        .execute("ALTER TABLE domains RENAME TO domains_away")
+        .await;
+    assert_eq!(app.service.dispatch_due().await.unwrap(), 1, "claimed");
+    app.db
+        .execute("ALTER TABLE domains_away RENAME TO domains")
+        .await;
+    let stored = status(&app, &id).await;
+    assert_eq!(stored["status"], "sending", "claimed, not failed: {stored}");
+    assert_eq!(app.outbox_count(), 0);
+    // The claim's lease: the handoff bound plus its 30 s margin.
+    app.clock.advance_ms(3 * MINUTE);
+    handed_back_and_sent_once(&app, &id).await;
 }
 
 async fn the_list_finds_scheduled_mail(b: Backend) {
@@ -729,4 +791,6 @@ on_both_backends!(
     a_scheduled_send_replays_under_its_key,
     a_scheduled_handoff_is_never_retried,
     a_claim_whose_node_died_becomes_unknown,
+    a_claim_whose_handoff_never_began_goes_back_to_scheduled,
+    a_storage_error_before_a_scheduled_handoff_is_retried,
 );

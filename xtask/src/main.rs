@@ -3,6 +3,7 @@
 //! Run `cargo xtask --help` for the commands. Each command sets up what it
 //! needs (the WebAssembly toolchain included) and says what it is doing.
 
+mod chaos;
 mod demo;
 mod guests;
 mod layers;
@@ -60,6 +61,15 @@ enum Command {
     Layers,
     /// Run every test: build what tests need, then the whole test suite.
     Test(test::Args),
+    /// Faults under load on loopback for a bounded time: two mail-service
+    /// nodes on PostgreSQL killed in a loop, database connections cut, the
+    /// SMTP relay and the webhook receiver failing; prints the faults, the
+    /// answers and the invariant checks, and fails if any check failed.
+    Chaos(chaos::Args),
+    /// Both services under steady traffic for a bounded time: resident
+    /// memory, descriptors, database size and p99 every minute; fails on a
+    /// growing trend of memory or descriptors.
+    Soak(chaos::Args),
     /// The main job: build the release, install it into a host-sim state in
     /// .demo/ and serve the console, the extension API and MCP on loopback
     /// with an Umami-compatible provider fake, until Ctrl-C.
@@ -89,6 +99,8 @@ fn main() -> ExitCode {
         }
         Command::Layers => layers::run(),
         Command::Test(args) => test::run(&args),
+        Command::Chaos(args) => chaos::chaos(&args),
+        Command::Soak(args) => chaos::soak(&args),
         Command::Demo(args) => demo::run(&args),
         Command::NewExtension(args) => new_extension::run(&args),
     };

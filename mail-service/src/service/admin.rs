@@ -3,6 +3,7 @@
 
 use crate::error::Error;
 use crate::model::{ApiKey, EmailStatus, Permission, Tenant};
+use crate::store::Swept;
 
 use super::auth::{KEY_PREFIX, hash_key};
 use super::send::Outcome;
@@ -118,7 +119,8 @@ impl MailService {
         }
     }
 
-    /// Declares abandoned handoffs `unknown` and drops old rate windows.
+    /// Settles abandoned handoffs (see `Store::expire_abandoned_handoffs`)
+    /// and drops old rate windows; returns how many emails it settled.
     pub async fn sweep(&self) -> Result<u64, Error> {
         let now = self.clock.now_ms();
         let swept = self.expire_abandoned(now).await?;
@@ -128,11 +130,28 @@ impl MailService {
         Ok(swept)
     }
 
-    /// Marks `unknown` the emails and keys whose handoff lease ran out.
+    /// Settles the emails and keys whose handoff lease ran out; returns how
+    /// many emails it settled.
     pub(super) async fn expire_abandoned(&self, now: i64) -> Result<u64, Error> {
-        self.store
-            .expire_abandoned_handoffs(now, &Outcome::Abandoned.to_json())
-            .await
+        let swept = self
+            .store
+            .expire_abandoned_handoffs(
+                now,
+                &Outcome::Abandoned.to_json(),
+                &Outcome::NotSent.to_json(),
+            )
+            .await?;
+        if swept != Swept::default() {
+            tracing::warn!(
+                rescheduled = swept.rescheduled,
+                not_sent = swept.not_sent,
+                unknown = swept.unknown,
+                keys_released = swept.keys_released,
+                keys_unknown = swept.keys_unknown,
+                "abandoned handoffs settled"
+            );
+        }
+        Ok(swept.emails())
     }
 
     async fn tenant(&self, name: &str) -> Result<Tenant, Error> {

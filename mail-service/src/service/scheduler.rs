@@ -6,8 +6,11 @@
 //! take the same row; SQLite: the single writer). From the claim on, an
 //! email follows the rules of an immediate send: its outcome is written
 //! after the handoff, a handoff that may or may not have happened is
-//! `unknown`, and a claim whose node died is declared `unknown` by the
-//! sweeper when its lease runs out. Nothing is ever handed off twice.
+//! `unknown`, and a claim whose node died is settled by the sweeper when its
+//! lease runs out: `unknown` when its handoff began (the durable mark
+//! written before the transport connects), back to `scheduled` when it
+//! never did (also what a storage error before the handoff leads to).
+//! Nothing is ever handed off twice.
 //!
 //! A node claims only as many emails as it has free handoff slots
 //! (`Settings::scheduler_concurrency`), so every claimed email starts its
@@ -25,7 +28,7 @@ use crate::store::ClaimedEmail;
 use crate::transport::Handoff;
 
 use super::MailService;
-use super::send::update;
+use super::send::{NotBegun, Parcel, update};
 
 /// Shortest wait before looking again while due emails are held by another
 /// node's claim.
@@ -46,10 +49,15 @@ impl MailService {
         self.store.claimed(claim).await
     }
 
-    /// Hands one claimed email off and records the outcome; never retried.
-    /// When the outcome cannot be recorded the email stays `sending` and the
-    /// sweeper declares it `unknown` once its lease has run out. Its log
-    /// lines carry the id of the request that accepted the email.
+    /// Hands one claimed email off and records the outcome. A handoff that
+    /// began is never retried. When the outcome cannot be recorded the
+    /// email stays `sending` and the sweeper settles it once its lease has
+    /// run out: `unknown` when its handoff began, back to `scheduled` when
+    /// it never did. A storage error before the handoff begins (reading
+    /// the sender's domain, the suppression list, writing the mark) leaves
+    /// it so on purpose: the error is transient, and a scheduled email has
+    /// nobody to retry it but the scheduler. Its log lines carry the id of
+    /// the request that accepted the email.
     async fn hand_off_claimed(&self, email: ClaimedEmail) {
         let span = tracing::info_span!(
             "scheduled_handoff",
@@ -60,33 +68,13 @@ impl MailService {
     }
 
     async fn hand_off_claimed_in_span(&self, email: ClaimedEmail) {
-        let payload = serde_json::to_value(&email.payload.0).unwrap_or_default();
-        let (status, detail) = match model::validate_email(&payload) {
-            Err(e) => (
-                EmailStatus::Failed,
-                Some(format!(
-                    "the stored message no longer passes validation ({e}); it was not sent"
-                )),
-            ),
-            // The domain may have been deleted since it was accepted.
-            Ok(valid) => match self.check_sender(email.tenant_id, &valid).await {
-                Err(e) => (EmailStatus::Failed, Some(format!("not sent: {e}"))),
-                Ok(sender) => match self
-                    .hand_off(
-                        email.tenant_id,
-                        &valid,
-                        &sender,
-                        email.id,
-                        &email.message_id,
-                    )
-                    .await
-                {
-                    Handoff::Accepted => (EmailStatus::Sent, None),
-                    Handoff::Rejected(detail) => (EmailStatus::Failed, Some(detail)),
-                    Handoff::Unknown(detail) => (EmailStatus::Unknown, Some(detail)),
-                    Handoff::Suppressed(detail) => (EmailStatus::Suppressed, Some(detail)),
-                },
-            },
+        let (status, detail) = match self.hand_off_scheduled(&email).await {
+            Ok(outcome) => outcome,
+            Err(not_begun) => {
+                tracing::warn!(email_id = email.id, detail = %not_begun.detail,
+                    "scheduled handoff did not begin; left claimed, the sweeper hands it back to the scheduler when its lease runs out");
+                return;
+            }
         };
         let recorded = self
             .store
@@ -98,8 +86,57 @@ impl MailService {
             .await;
         if let Err(e) = recorded {
             tracing::error!(email_id = email.id, error = %e, outcome = %status,
-                "scheduled handoff not recorded; the sweeper will declare it unknown");
+                "scheduled handoff not recorded; the sweeper will settle it");
         }
+    }
+
+    /// The status and detail a claimed email's handoff leaves it in;
+    /// `NotBegun` (transient) when storage failed before it began.
+    async fn hand_off_scheduled(
+        &self,
+        email: &ClaimedEmail,
+    ) -> Result<(EmailStatus, Option<String>), NotBegun> {
+        let payload = serde_json::to_value(&email.payload.0).unwrap_or_default();
+        let valid = match model::validate_email(&payload) {
+            Ok(valid) => valid,
+            Err(e) => {
+                return Ok((
+                    EmailStatus::Failed,
+                    Some(format!(
+                        "the stored message no longer passes validation ({e}); it was not sent"
+                    )),
+                ));
+            }
+        };
+        // The domain may have been deleted since it was accepted.
+        let sender = match self.check_sender(email.tenant_id, &valid).await {
+            Ok(sender) => sender,
+            Err(e @ Error::Unavailable { .. }) => {
+                return Err(NotBegun {
+                    detail: format!("not sent: {e}"),
+                    transient: true,
+                });
+            }
+            Err(e) => return Ok((EmailStatus::Failed, Some(format!("not sent: {e}")))),
+        };
+        let handoff = self
+            .hand_off(Parcel {
+                tenant_id: email.tenant_id,
+                email: &valid,
+                sender: &sender,
+                id: email.id,
+                message_id: &email.message_id,
+                key: None,
+            })
+            .await;
+        Ok(match handoff {
+            Err(not_begun) if not_begun.transient => return Err(not_begun),
+            Err(not_begun) => (EmailStatus::Failed, Some(not_begun.detail)),
+            Ok(Handoff::Accepted) => (EmailStatus::Sent, None),
+            Ok(Handoff::Rejected(detail)) => (EmailStatus::Failed, Some(detail)),
+            Ok(Handoff::Unknown(detail)) => (EmailStatus::Unknown, Some(detail)),
+            Ok(Handoff::Suppressed(detail)) => (EmailStatus::Suppressed, Some(detail)),
+        })
     }
 
     /// Hands off every email due now, `scheduler_concurrency` at a time, and

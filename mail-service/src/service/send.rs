@@ -72,6 +72,10 @@ pub(super) enum Outcome {
     },
     /// Written by the sweeper: the node stopped during the handoff.
     Abandoned,
+    /// Written by the sweeper: the node stopped before any of the key's
+    /// emails began its handoff. The key is released: the next request with
+    /// it is taken as new.
+    NotSent,
 }
 
 impl Outcome {
@@ -90,6 +94,41 @@ impl Outcome {
 /// formatting and key order do not make two equal requests differ.
 pub fn body_hash(body: &Value) -> String {
     hex::encode(Sha256::digest(body.to_string().as_bytes()))
+}
+
+/// One email to hand off, with what its handoff needs.
+pub(super) struct Parcel<'a> {
+    pub tenant_id: i64,
+    pub email: &'a ValidatedEmail,
+    pub sender: &'a DkimKey,
+    pub id: i64,
+    pub message_id: &'a str,
+    /// The key that reserved it, whose lease each begun handoff renews.
+    pub key: Option<&'a KeyRef>,
+}
+
+/// A handoff that never began: nothing was offered to the transport.
+#[derive(Debug)]
+pub(super) struct NotBegun {
+    pub detail: String,
+    /// Storage failed before the handoff could begin: worth another try
+    /// (the scheduler leaves such an email claimed; the sweeper hands the
+    /// claim back once its lease runs out).
+    pub transient: bool,
+}
+
+impl NotBegun {
+    fn storage(what: &str, e: Error) -> NotBegun {
+        NotBegun {
+            transient: matches!(e, Error::Unavailable { .. }),
+            detail: format!("not sent: {what} ({e})"),
+        }
+    }
+
+    /// What an immediate send answers: not sent, and not retried.
+    pub(super) fn rejected(self) -> Handoff {
+        Handoff::Rejected(self.detail)
+    }
 }
 
 /// How the handoff of one email ended, as stored.
@@ -155,14 +194,16 @@ impl MailService {
         }
         let key_ref = reservation.as_ref().map(key_ref);
         let result = self
-            .hand_off(
-                caller.principal.tenant_id,
-                &email,
-                &sender,
+            .hand_off(Parcel {
+                tenant_id: caller.principal.tenant_id,
+                email: &email,
+                sender: &sender,
                 id,
-                &new.message_id,
-            )
-            .await;
+                message_id: &new.message_id,
+                key: key_ref.as_ref(),
+            })
+            .await
+            .unwrap_or_else(NotBegun::rejected);
         crate::metrics::emails_accepted(handoff_outcome(&result), 1);
         let now = self.clock.now_ms();
         let (status, detail, state, answer) = match result {
@@ -332,14 +373,16 @@ impl MailService {
         let mut sent_ids = Vec::new();
         for (position, ((index, email, sender), new)) in valid.iter().zip(&news).enumerate() {
             let result = self
-                .hand_off(
-                    caller.principal.tenant_id,
+                .hand_off(Parcel {
+                    tenant_id: caller.principal.tenant_id,
                     email,
                     sender,
-                    new.id,
-                    &new.message_id,
-                )
-                .await;
+                    id: new.id,
+                    message_id: &new.message_id,
+                    key: key_ref.as_ref(),
+                })
+                .await
+                .unwrap_or_else(NotBegun::rejected);
             crate::metrics::emails_accepted(handoff_outcome(&result), 1);
             let now = self.clock.now_ms();
             let (status, detail, unknown) = match result {
@@ -483,7 +526,9 @@ impl MailService {
     ) -> Result<Option<Outcome>, Error> {
         for attempt in 0..2 {
             let now = self.clock.now_ms();
-            let lease_until = now + self.lease_ms() * emails.len().max(1) as i64;
+            // One handoff's lease, whatever the number of emails: each
+            // handoff renews it when it begins (`Store::begin_handoff`).
+            let lease_until = now + self.lease_ms();
             match self
                 .store
                 .reserve_and_store(reservation, emails, now, lease_until, answered)
@@ -508,22 +553,18 @@ impl MailService {
     }
 
     /// [`Self::screen_and_hand_off`], timed and counted in the handoff
-    /// latency histogram by outcome, and logged (one `handoff` line, in the
-    /// span of the request or of the scheduled handoff, which carries the
-    /// accepting request's id).
-    pub(super) async fn hand_off(
-        &self,
-        tenant_id: i64,
-        email: &ValidatedEmail,
-        sender: &DkimKey,
-        id: i64,
-        message_id: &str,
-    ) -> Handoff {
+    /// latency histogram by outcome (one that never began counts as
+    /// `failed`), and logged (one `handoff` line, in the span of the
+    /// request or of the scheduled handoff, which carries the accepting
+    /// request's id).
+    pub(super) async fn hand_off(&self, parcel: Parcel<'_>) -> Result<Handoff, NotBegun> {
         let started = std::time::Instant::now();
-        let handoff = self
-            .screen_and_hand_off(tenant_id, email, sender, id, message_id)
-            .await;
-        let outcome = handoff_outcome(&handoff);
+        let id = parcel.id;
+        let handoff = self.screen_and_hand_off(parcel).await;
+        let outcome = match &handoff {
+            Ok(handoff) => handoff_outcome(handoff),
+            Err(_) => "failed",
+        };
         let elapsed = started.elapsed();
         metrics::histogram!(crate::metrics::HANDOFF_DURATION, "outcome" => outcome)
             .record(elapsed.as_secs_f64());
@@ -536,47 +577,47 @@ impl MailService {
         handoff
     }
 
-    /// Screens the recipients against the tenant's suppression list, then
-    /// hands the email with the remaining ones to the transport. The
-    /// recipients removed are recorded on the email first; when none
-    /// remain nothing is handed off. A list that cannot be read or a
-    /// removal that cannot be recorded stops the handoff (not sent).
-    async fn screen_and_hand_off(
-        &self,
-        tenant_id: i64,
-        email: &ValidatedEmail,
-        sender: &DkimKey,
-        id: i64,
-        message_id: &str,
-    ) -> Handoff {
-        let not_sent = |e: Error| {
-            Handoff::Rejected(format!(
-                "not sent: the suppression list could not be checked ({e})"
-            ))
-        };
-        let remaining = match self.screen(tenant_id, email).await {
-            Err(e) => return not_sent(e),
-            Ok(Screened::Clear) => None,
-            Ok(Screened::Some(remaining, dropped)) => {
-                if let Err(e) = self.store.record_suppressed_recipients(id, &dropped).await {
-                    return not_sent(e);
-                }
+    /// Screens the recipients against the tenant's suppression list, marks
+    /// the handoff as begun, then hands the email with the remaining
+    /// recipients to the transport. The recipients removed are recorded on
+    /// the email first; when none remain nothing is handed off. A list that
+    /// cannot be read, a removal or a mark that cannot be recorded stops
+    /// the handoff before it begins (`NotBegun`): the durable mark is what
+    /// tells the sweeper, after a crash, that the relay may have seen it.
+    async fn screen_and_hand_off(&self, parcel: Parcel<'_>) -> Result<Handoff, NotBegun> {
+        let Parcel {
+            tenant_id,
+            email,
+            sender,
+            id,
+            message_id,
+            key,
+        } = parcel;
+        let unlisted = |e: Error| NotBegun::storage("the suppression list could not be checked", e);
+        let remaining = match self.screen(tenant_id, email).await.map_err(unlisted)? {
+            Screened::Clear => None,
+            Screened::Some(remaining, dropped) => {
+                self.store
+                    .record_suppressed_recipients(id, &dropped)
+                    .await
+                    .map_err(unlisted)?;
                 Some(remaining)
             }
-            Ok(Screened::All(dropped)) => {
-                if let Err(e) = self.store.record_suppressed_recipients(id, &dropped).await {
-                    return not_sent(e);
-                }
-                return Handoff::Suppressed(format!(
+            Screened::All(dropped) => {
+                self.store
+                    .record_suppressed_recipients(id, &dropped)
+                    .await
+                    .map_err(unlisted)?;
+                return Ok(Handoff::Suppressed(format!(
                     "not sent: every recipient is on the suppression list ({})",
                     dropped.join(", ")
-                ));
+                )));
             }
         };
         let email = remaining.as_deref().unwrap_or(email);
         let identity = match self.sending_identity(tenant_id, sender) {
             Ok(d) => d,
-            Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
+            Err(detail) => return Ok(Handoff::Rejected(format!("not sent: {detail}"))),
         };
         let return_path = self.verp.return_path(id, &identity.return_path_domain);
         let envelope = transport::Envelope {
@@ -585,18 +626,33 @@ impl MailService {
             dkim: &identity.signing,
             return_path: &return_path,
         };
-        match tokio::time::timeout(
-            self.settings.handoff_lease,
-            self.transport.handoff(email, &envelope),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Handoff::Unknown(format!(
-                "the handoff did not finish within {:?}",
-                self.settings.handoff_lease
-            )),
+        let now = self.clock.now_ms();
+        let began = self
+            .store
+            .begin_handoff(id, key, now, now + self.lease_ms())
+            .await
+            .map_err(|e| NotBegun::storage("its handoff could not be marked as begun", e))?;
+        if !began {
+            return Err(NotBegun {
+                detail: "not sent: its lease ran out before the handoff began, and it was settled"
+                    .into(),
+                transient: false,
+            });
         }
+        Ok(
+            match tokio::time::timeout(
+                self.settings.handoff_lease,
+                self.transport.handoff(email, &envelope),
+            )
+            .await
+            {
+                Ok(result) => result,
+                Err(_) => Handoff::Unknown(format!(
+                    "the handoff did not finish within {:?}",
+                    self.settings.handoff_lease
+                )),
+            },
+        )
     }
 }
 
@@ -656,6 +712,8 @@ fn judge(record: &KeyRecord, body_hash: &str, now: i64) -> Result<Judgement, Err
         KeyState::InFlight => Err(Error::IdempotencyInFlight),
         KeyState::Unknown => Err(unresolved_email()),
         KeyState::Completed => match outcome {
+            // Released by the sweeper; another request took it over first.
+            Some(Outcome::NotSent) => Ok(Judgement::LeaseExpired),
             Some(Outcome::Abandoned) | None => Err(unresolved_email()),
             Some(o) => Ok(Judgement::Replay(o)),
         },

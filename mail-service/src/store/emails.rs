@@ -95,6 +95,11 @@ const PG_UPDATE_EMAIL_AND_KEY_OUTCOME: &str = concat!(
 /// Completes the `unknown` keys whose JSON list of email ids (`[1,2]`, as
 /// written by `email_ids`) holds `$2`: the list is matched as `,1,2,` against
 /// `%,$2,%`, so one id never matches inside a longer one.
+/// `completed_at` of a key the sweeper released (none of its emails was
+/// handed off): older than any replay window, so the next request with the
+/// key takes it over (`RESERVE_KEY`) and sends anew.
+const RELEASED_AT: i64 = i64::MIN;
+
 const RELEASE_KEYS_OF_EMAIL: &str = "UPDATE idempotency_keys SET state = 'completed', completed_at = $1 \
      WHERE state = 'unknown' AND (',' || substr(email_ids, 2, length(email_ids) - 2) || ',') LIKE ('%,' || $2 || ',%')";
 
@@ -310,29 +315,140 @@ impl Store {
         Ok(self.write(unit).await? != Ran::RolledBack)
     }
 
-    /// Declares `unknown` every email whose handoff lease ran out while it was
-    /// still `sending` (its node died or stalled mid-handoff), and moves the
-    /// keys that reserved them to `unknown` with `outcome`. Nothing is resent.
-    pub async fn expire_abandoned_handoffs(&self, now: i64, outcome: &str) -> Result<u64, Error> {
+    /// Marks email `id`'s handoff as begun at `now`, just before the
+    /// transport is asked for a connection, and renews its lease (and its
+    /// key's, when it has one) to `lease_until`: a batch's key is held one
+    /// handoff past its latest begun item, not the sum of its items'
+    /// budgets. False when the email is no longer `sending` (the sweeper
+    /// settled it): it must not be handed off.
+    pub async fn begin_handoff(
+        &self,
+        id: i64,
+        key: Option<&KeyRef>,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<bool, Error> {
+        let email = Step::rows(
+            "UPDATE emails SET handoff_began_at = $1, lease_until = $2 WHERE id = $3 AND status = 'sending'",
+            params![now, lease_until, id],
+        )
+        .abort_if_zero();
+        let key = key.map(|k| {
+            Step::rows(
+                "UPDATE idempotency_keys SET lease_until = $1 \
+                 WHERE tenant_id = $2 AND scope = $3 AND idem_key = $4 AND state = 'in_flight'",
+                params![lease_until, k.tenant_id, &k.scope, &k.key],
+            )
+        });
+        let unit = Unit::new(std::iter::once(email).chain(key).collect());
+        Ok(self.write(unit).await? != Ran::RolledBack)
+    }
+
+    /// Settles every email whose handoff lease ran out while it was still
+    /// `sending` (its node died or stalled), and the keys that reserved
+    /// them. Nothing is resent:
+    /// - an email whose handoff never began (no `handoff_began_at`) was
+    ///   never offered to the relay: a scheduled one goes back to
+    ///   `scheduled` for any node to claim again, an immediate one is
+    ///   `failed` (not sent);
+    /// - one whose handoff began may have been sent: `unknown`;
+    /// - a key none of whose emails began is released (`completed`, taken
+    ///   over by the next request with it, `released`), any other key is
+    ///   `unknown` with `outcome`.
+    pub async fn expire_abandoned_handoffs(
+        &self,
+        now: i64,
+        outcome: &str,
+        released: &str,
+    ) -> Result<Swept, Error> {
         let ran = self
             .write(Unit::new(vec![
+                Step::rows(
+                    "UPDATE emails SET status = 'scheduled', claim = NULL, lease_until = NULL, revision = revision + 1, updated_at = $1 \
+                     WHERE status = 'sending' AND lease_until < $1 AND handoff_began_at IS NULL AND scheduled_at IS NOT NULL",
+                    params![now],
+                ),
+                Step::rows(
+                    "UPDATE emails SET status = 'failed', revision = revision + 1, lease_until = NULL, updated_at = $1, \
+                     handoff_detail = 'not sent: its node stopped before the handoff began' \
+                     WHERE status = 'sending' AND lease_until < $1 AND handoff_began_at IS NULL",
+                    params![now],
+                ),
                 Step::rows(
                     "UPDATE emails SET status = 'unknown', revision = revision + 1, lease_until = NULL, updated_at = $1, \
                      handoff_detail = 'the handoff did not finish before its lease ran out (node stopped or stalled)' \
                      WHERE status = 'sending' AND lease_until < $1",
                     params![now],
                 ),
-                Step::rows(
-                    "UPDATE idempotency_keys SET state = 'unknown', outcome = $1, completed_at = $2 \
-                     WHERE state = 'in_flight' AND lease_until < $2",
-                    params![outcome, now],
-                ),
             ]))
             .await?;
-        Ok(match ran {
-            Ran::Committed(yields) => yields.first().copied().unwrap_or(0) as u64,
-            _ => 0,
-        })
+        let yields = match ran {
+            Ran::Committed(yields) => yields,
+            _ => Vec::new(),
+        };
+        let mut swept = Swept {
+            rescheduled: yields.first().copied().unwrap_or(0) as u64,
+            not_sent: yields.get(1).copied().unwrap_or(0) as u64,
+            unknown: yields.get(2).copied().unwrap_or(0) as u64,
+            ..Swept::default()
+        };
+        // Keys are settled after their emails: an email's lease never ends
+        // after its key's (both are renewed together when it begins), so
+        // every email of an expired key is settled by now and none of them
+        // can begin any more. Expired keys are rare (a node died), so each
+        // is looked at on its own.
+        let expired: Vec<(i64, String, String, String)> = on_db!(self, pool => {
+            sqlx::query_as(
+                "SELECT tenant_id, scope, idem_key, email_ids FROM idempotency_keys \
+                 WHERE state = 'in_flight' AND lease_until < $1",
+            )
+            .bind(now)
+            .fetch_all(pool)
+            .await?
+        });
+        for (tenant_id, scope, key, ids) in expired {
+            let began = self.any_handoff_began(&ids).await?;
+            let (state, outcome, completed_at) = if began {
+                (KeyState::Unknown, outcome, now)
+            } else {
+                (KeyState::Completed, released, RELEASED_AT)
+            };
+            let settled = self
+                .write_one(Step::rows(
+                    "UPDATE idempotency_keys SET state = $1, outcome = $2, completed_at = $3 \
+                     WHERE tenant_id = $4 AND scope = $5 AND idem_key = $6 AND state = 'in_flight' AND lease_until < $7",
+                    params![state.as_str(), outcome, completed_at, tenant_id, &scope, &key, now],
+                ))
+                .await?;
+            match (settled, began) {
+                (0, _) => {}
+                (_, true) => swept.keys_unknown += 1,
+                (_, false) => swept.keys_released += 1,
+            }
+        }
+        Ok(swept)
+    }
+
+    /// Whether the handoff of any email in a key's JSON list of ids began.
+    async fn any_handoff_began(&self, email_ids: &str) -> Result<bool, Error> {
+        let ids: Vec<i64> =
+            serde_json::from_str(email_ids).map_err(|e| Error::StoredDataInvalid {
+                detail: format!("idempotency_keys.email_ids: {e}"),
+            })?;
+        for id in ids {
+            let began: i64 = on_db!(self, pool => {
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM emails WHERE id = $1 AND handoff_began_at IS NOT NULL",
+                )
+                .bind(id)
+                .fetch_one(pool)
+                .await?
+            });
+            if began > 0 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     pub async fn email(&self, tenant_id: i64, id: i64) -> Result<Option<StoredEmail>, Error> {

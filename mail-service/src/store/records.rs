@@ -78,6 +78,28 @@ pub struct KeyRecord {
     pub lease_until: i64,
 }
 
+/// What one sweep of abandoned handoffs settled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Scheduled emails whose handoff never began, back to `scheduled`.
+    pub rescheduled: u64,
+    /// Immediate emails whose handoff never began: `failed`, not sent.
+    pub not_sent: u64,
+    /// Emails whose handoff began and did not finish: `unknown`.
+    pub unknown: u64,
+    /// Keys none of whose emails began: released for the next request.
+    pub keys_released: u64,
+    /// Keys with an email that began: `unknown`.
+    pub keys_unknown: u64,
+}
+
+impl Swept {
+    /// Emails settled.
+    pub fn emails(&self) -> u64 {
+        self.rescheduled + self.not_sent + self.unknown
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Reserved {
     /// The emails are stored as `sending` and the key (if any) is ours.

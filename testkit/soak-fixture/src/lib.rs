@@ -1,0 +1,230 @@
+//! Figures of a process under load, for the soak and chaos runs (issue
+//! 36): resident memory and open descriptors read from `/proc`, latency
+//! percentiles, and the least-squares slope of a series over time. A leak
+//! is a slope: [`Soak::verdict`] fits one to what was sampled after the
+//! warm-up and calls a growing trend by name.
+
+use std::time::Duration;
+
+/// Anonymous resident memory of process `pid` in KiB (`RssAnon`: the
+/// heap, stacks, anonymous maps; not the file pages of a memory-mapped
+/// database, which the kernel may drop at will), 0 when unreadable.
+pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "RssAnon:")
+}
+
+/// All resident memory of process `pid` in KiB (`VmRSS`).
+pub fn vm_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Open file descriptors of process `pid`.
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The `p`th percentile (0–100) of `values`, 0 when empty.
+pub fn percentile(values: &[u64], p: f64) -> u64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * p / 100.0).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// The least-squares slope of `y` over `x`; 0 with fewer than two distinct
+/// `x`.
+pub fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return 0.0;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    if sxx == 0.0 { 0.0 } else { sxy / sxx }
+}
+
+/// One interval of a soak.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// End of the interval since the start.
+    pub at: Duration,
+    /// Anonymous resident memory, KiB ([`rss_kib`]).
+    pub rss_kib: u64,
+    pub fds: usize,
+    /// The service's data on disk (database and its journal), when it has
+    /// one.
+    pub db_bytes: Option<u64>,
+    /// Requests answered in the interval.
+    pub requests: usize,
+    /// Their 99th percentile latency.
+    pub p99: Duration,
+}
+
+/// The samples of one service's soak.
+#[derive(Debug, Clone)]
+pub struct Soak {
+    pub service: String,
+    pub samples: Vec<Sample>,
+}
+
+/// How much growth over the measured span still counts as noise: this
+/// much resident memory (KiB) ...
+const RSS_NOISE_KIB: f64 = 8.0 * 1024.0;
+/// ... or this share of the mean, whichever is larger; and this many
+/// descriptors.
+const RSS_NOISE_SHARE: f64 = 0.05;
+const FDS_NOISE: f64 = 4.0;
+
+impl Soak {
+    pub fn new(service: &str) -> Soak {
+        Soak {
+            service: service.to_string(),
+            samples: Vec::new(),
+        }
+    }
+
+    pub fn header(&self) {
+        println!(
+            "{:<14} {:>8} {:>9} {:>6} {:>10} {:>9} {:>9}",
+            "service", "at", "anon MiB", "fds", "DB MiB", "requests", "p99 ms"
+        );
+    }
+
+    /// Adds a sample and prints its line.
+    pub fn push(&mut self, sample: Sample) {
+        println!(
+            "{:<14} {:>7.0}s {:>9.1} {:>6} {:>10} {:>9} {:>9.1}",
+            self.service,
+            sample.at.as_secs_f64(),
+            sample.rss_kib as f64 / 1024.0,
+            sample.fds,
+            sample
+                .db_bytes
+                .map(|b| format!("{:.1}", b as f64 / (1 << 20) as f64))
+                .unwrap_or_else(|| "-".into()),
+            sample.requests,
+            sample.p99.as_secs_f64() * 1000.0
+        );
+        self.samples.push(sample);
+    }
+
+    /// The samples after the first third (warm-up: caches, pools, the
+    /// first compilations), as (minutes, value) points.
+    fn settled(&self, value: impl Fn(&Sample) -> f64) -> Vec<(f64, f64)> {
+        let skip = self.samples.len() / 3;
+        self.samples[skip..]
+            .iter()
+            .map(|s| (s.at.as_secs_f64() / 60.0, value(s)))
+            .collect()
+    }
+
+    /// The fitted growth per minute after the warm-up: (RSS KiB, fds).
+    pub fn slopes(&self) -> (f64, f64) {
+        (
+            slope(&self.settled(|s| s.rss_kib as f64)),
+            slope(&self.settled(|s| s.fds as f64)),
+        )
+    }
+
+    /// Fails on a growing trend of resident memory or descriptors after the
+    /// warm-up: a fitted slope that, over the span measured, adds more than
+    /// the noise allows.
+    pub fn verdict(&self) -> Result<(), String> {
+        let points = self.settled(|s| s.rss_kib as f64);
+        if points.len() < 3 {
+            return Err(format!(
+                "{}: {} samples after the warm-up; a trend needs at least 3",
+                self.service,
+                points.len()
+            ));
+        }
+        let span = points.last().unwrap().0 - points[0].0;
+        let mean = points.iter().map(|p| p.1).sum::<f64>() / points.len() as f64;
+        let (rss, fds) = self.slopes();
+        let allowed = RSS_NOISE_KIB.max(RSS_NOISE_SHARE * mean);
+        if rss * span > allowed {
+            return Err(format!(
+                "{}: resident memory grows {:.2} MiB a minute after the warm-up ({:.1} MiB over {span:.1} min, more than the {:.1} MiB of noise allowed)",
+                self.service,
+                rss / 1024.0,
+                rss * span / 1024.0,
+                allowed / 1024.0
+            ));
+        }
+        if fds * span > FDS_NOISE {
+            return Err(format!(
+                "{}: open descriptors grow {fds:.2} a minute after the warm-up",
+                self.service
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn soak(rss: impl Fn(u64) -> u64) -> Soak {
+        Soak {
+            service: "test".into(),
+            samples: (1..=12)
+                .map(|m| Sample {
+                    at: Duration::from_secs(60 * m),
+                    rss_kib: rss(m),
+                    fds: 20,
+                    db_bytes: None,
+                    requests: 100,
+                    p99: Duration::from_millis(3),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_steady_climb_is_a_leak_and_noise_is_not() {
+        // 2 MiB a minute: a leak.
+        let leak = soak(|m| 100_000 + m * 2048);
+        let verdict = leak.verdict().unwrap_err();
+        assert!(verdict.contains("grows 2.00 MiB a minute"), "{verdict}");
+        // Flat with ±1 MiB of jitter: noise.
+        let flat = soak(|m| 100_000 + if m % 2 == 0 { 1024 } else { 0 });
+        assert_eq!(flat.verdict(), Ok(()));
+        // Growth during the warm-up only: not a trend.
+        let warm = soak(|m| if m <= 4 { 50_000 + m * 10_000 } else { 100_000 });
+        assert_eq!(warm.verdict(), Ok(()));
+    }
+
+    #[test]
+    fn slope_and_percentile() {
+        assert_eq!(slope(&[(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]), 2.0);
+        assert_eq!(slope(&[(1.0, 1.0)]), 0.0);
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&values, 99.0), 99);
+        assert_eq!(percentile(&[], 99.0), 0);
+    }
+
+    #[test]
+    fn this_process_has_memory_and_descriptors() {
+        let me = std::process::id();
+        assert!(rss_kib(me) > 0);
+        assert!(vm_rss_kib(me) >= rss_kib(me));
+        assert!(open_fds(me) >= 3);
+    }
+}

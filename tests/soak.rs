@@ -1,0 +1,85 @@
+//! The soak of host-sim (issue 36): `host-sim serve`'s router with the
+//! signed analytics release installed, four clients asking
+//! `GET /configuration` back to back, sampled at regular intervals:
+//! resident memory and open descriptors (of this process: the server runs
+//! in it, beside clients whose own memory does not grow), requests and
+//! their p99. A leak is a slope: it fails when memory or descriptors keep
+//! growing after the warm-up (`soak_fixture::Soak::verdict`).
+//!
+//! `cargo xtask soak --minutes N` runs it for N minutes, a sample a minute;
+//! the ordinary suite for `SOAK_SECS` (60 s by default), twelve samples.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use soak_fixture::{Sample, Soak, open_fds, percentile, rss_kib};
+use support::Platform;
+
+/// `SOAK_SECS` (60 s by default, at least 12 s), sampled every minute from
+/// 12 minutes on, else twelve times.
+fn length_and_interval() -> (Duration, Duration) {
+    let secs = std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok());
+    let length = Duration::from_secs(secs.unwrap_or(60_u64).max(12));
+    (length, (length / 12).min(Duration::from_secs(60)))
+}
+
+#[test]
+fn steady_configuration_reads_keep_memory_and_descriptors_flat() {
+    let (length, interval) = length_and_interval();
+    let platform = Platform::start("soak-shop", "soak-provider-secret", Duration::from_secs(2));
+    let served = platform.serve();
+    let url = format!("{}/configuration", platform.api_base(&served));
+    let latencies: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, token) = (url.clone(), platform.token.clone());
+            let (latencies, stop) = (latencies.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let client = reqwest::blocking::Client::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    let answer = client.get(&url).bearer_auth(&token).send();
+                    let ok = matches!(&answer, Ok(r) if r.status().is_success());
+                    assert!(ok, "a soak request failed: {answer:?}");
+                    latencies
+                        .lock()
+                        .unwrap()
+                        .push(started.elapsed().as_micros() as u64);
+                }
+            })
+        })
+        .collect();
+    println!("\nsoak: host-sim GET /configuration, {length:?}, a sample every {interval:?}");
+    let me = std::process::id();
+    let mut soak = Soak::new("host-sim");
+    soak.header();
+    let started = Instant::now();
+    while started.elapsed() < length {
+        std::thread::sleep(interval);
+        let taken = std::mem::take(&mut *latencies.lock().unwrap());
+        soak.push(Sample {
+            at: started.elapsed(),
+            rss_kib: rss_kib(me),
+            fds: open_fds(me),
+            db_bytes: None,
+            requests: taken.len(),
+            p99: Duration::from_micros(percentile(&taken, 99.0)),
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let (rss_slope, fds_slope) = soak.slopes();
+    println!(
+        "after the warm-up: {:.2} MiB and {fds_slope:.2} descriptors a minute",
+        rss_slope / 1024.0
+    );
+    if let Err(trend) = soak.verdict() {
+        panic!("{trend}");
+    }
+}
