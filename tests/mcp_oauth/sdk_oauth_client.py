@@ -77,13 +77,12 @@ class Person:
             request = re.search(r'name="request" value="([0-9a-f]+)"', consent.text).group(1)
             decided = await web.post(
                 f"{BASE}/console/authorize",
-                data=[
-                    ("request", request),
-                    ("project", PROJECT),
-                    ("scope", "read"),
-                    ("scope", "write"),
-                    ("decision", "approve"),
-                ],
+                data={
+                    "request": request,
+                    "project": PROJECT,
+                    "scope": ["read", "write"],
+                    "decision": "approve",
+                },
                 headers={**cookie, **origin},
             )
             assert decided.status_code == 303, decided.text
