@@ -250,7 +250,9 @@ fn the_authorization_request_refuses_what_oauth_2_1_forbids() {
 #[test]
 fn the_token_request_refuses_a_wrong_verifier_a_reused_or_expired_code_and_a_changed_redirect() {
     let mut options = ServeOptions::default();
-    options.oauth.lifetimes.code = Duration::from_secs(1);
+    // Codes live two seconds here: long enough for the prompt exchanges
+    // (expiry is in whole seconds), over before the late one.
+    options.oauth.lifetimes.code = Duration::from_secs(2);
     let s = setup(options);
     let (client_id, _) = s.web.public_client("Tokens", false);
     let (cookie, _) = s.web.sign_in(&s.person, None);
@@ -332,10 +334,10 @@ fn the_token_request_refuses_a_wrong_verifier_a_reused_or_expired_code_and_a_cha
         401
     );
 
-    // Expired (the server's codes live one second here).
+    // Expired.
     let pair = pkce();
     let late = code(&pair);
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(3100));
     let (status, answer) = exchange(&late, &pair.verifier, REDIRECT_URI);
     assert_eq!(
         (status, answer["error"].as_str()),
