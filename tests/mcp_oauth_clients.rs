@@ -294,6 +294,13 @@ fn rmcps_oauth_client_connects_lists_tools_calls_stats_and_refreshes() {
         let Value::Object(arguments) = week() else {
             unreachable!()
         };
+        s.platform
+            .invoke(
+                "analytics.provision",
+                json!({"name": "Shop", "domain": "shop.example"}),
+            )
+            .result
+            .expect("provisioned");
         let stats = service
             .call_tool(CallToolRequestParams::new(STATS).with_arguments(arguments.clone()))
             .await
