@@ -13,6 +13,10 @@ pub enum InvokeError {
     /// The caller has no current access to the project.
     #[error("the caller has no access to project {project}")]
     NoProjectAccess { project: String },
+    /// The token was granted scopes that do not include the one the
+    /// action needs (see `spec::required_scope`).
+    #[error("the token's scopes do not include {scope}, which this action needs")]
+    InsufficientScope { scope: String },
     /// The extension is not granted to the project.
     #[error("{extension} is not granted to project {project}")]
     NotGranted { extension: String, project: String },
@@ -92,6 +96,7 @@ impl InvokeError {
             | InvokeError::NotGranted { .. }
             | InvokeError::CapabilityNotApproved { .. } => "forbidden",
             InvokeError::StaleGeneration { .. } => "stale_generation",
+            InvokeError::InsufficientScope { .. } => "insufficient_scope",
             InvokeError::InvalidInput(_) => "invalid_input",
             InvokeError::NotInstalled { .. } | InvokeError::NoSuchAction { .. } => "not_found",
             InvokeError::LimitExceeded { .. } => "limit_exceeded",
@@ -109,6 +114,7 @@ impl InvokeError {
             InvokeError::NotGranted { .. } => Some("grant"),
             InvokeError::CapabilityNotApproved { .. } => Some("approval"),
             InvokeError::StaleGeneration { .. } => Some("generation"),
+            InvokeError::InsufficientScope { .. } => Some("scope"),
             _ => None,
         }
     }

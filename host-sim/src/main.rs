@@ -172,6 +172,8 @@ enum Command {
         /// are recorded.
         #[arg(long, env = "HOST_SIM_METRICS_LISTEN")]
         metrics_listen: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        oauth: cli::serve::OAuthArgs,
     },
 }
 
@@ -320,6 +322,7 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
             panel_session_ttl,
             trusted_proxies,
             metrics_listen,
+            oauth,
         } => {
             let banner = |base: &str| {
                 eprintln!("host-sim serving on {base}");
@@ -331,6 +334,7 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
             let options = host_sim::serve::ServeOptions {
                 panel_session_ttl,
                 trusted_proxies,
+                oauth: oauth.options(),
                 ..Default::default()
             };
             return Ok(serve(

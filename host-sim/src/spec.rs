@@ -16,6 +16,26 @@ pub fn http_capability(binding: &str) -> String {
     format!("http:{binding}")
 }
 
+/// The OAuth scopes of the MCP authorization server, in the order they
+/// are offered: `read` (the actions that read: configuration, stats) and
+/// `write` (the actions that change something: provision).
+pub const SCOPES: [&str; 2] = ["read", "write"];
+
+/// The scope an action needs: `read` for a `GET` action, `write` for any
+/// other method.
+pub fn required_scope(http_method: &str) -> &'static str {
+    if http_method.eq_ignore_ascii_case("GET") {
+        SCOPES[0]
+    } else {
+        SCOPES[1]
+    }
+}
+
+/// Whether a space-separated scope list holds `scope`.
+pub fn scope_contains(granted: &str, scope: &str) -> bool {
+    granted.split_ascii_whitespace().any(|s| s == scope)
+}
+
 /// One `allow` rule of an HTTP capability.
 #[derive(Debug)]
 pub struct HttpRule {

@@ -5,6 +5,8 @@
 //! state directory, approved, granted to a project whose `provider` binding
 //! points at an Umami fake on loopback, and a customer token for the project.
 
+pub mod oauth;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -188,6 +190,15 @@ impl Platform {
 /// Serves every surface of `host` on a free loopback port, and with
 /// `metrics` the operator listener too.
 pub fn serve_host(host: Arc<Host>, metrics: bool) -> Served {
+    serve_host_with(host, metrics, host_sim::serve::ServeOptions::default())
+}
+
+/// [`serve_host`] with the server's options.
+pub fn serve_host_with(
+    host: Arc<Host>,
+    metrics: bool,
+    options: host_sim::serve::ServeOptions,
+) -> Served {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (ready, address) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
@@ -213,7 +224,7 @@ pub fn serve_host(host: Arc<Host>, metrics: bool) -> Served {
             ready
                 .send((listener.local_addr().expect("the bound address"), operator))
                 .expect("the test waits for the address");
-            let router = host_sim::serve::router(host, host_sim::serve::ServeOptions::default());
+            let router = host_sim::serve::router(host, options);
             host_sim::serve::run(listener, router, async {
                 let _ = stopped.await;
             })

@@ -46,7 +46,7 @@ pub fn run(args: &Args) -> Result<()> {
         npm_packages(dir, packages)?;
     }
 
-    crate::step("[6/8] the Python packages of mail-service's tests (dkimpy, Resend's SDK)");
+    crate::step("[6/8] the Python packages of the tests (dkimpy, Resend's SDK, the MCP SDK)");
     for (venv, requirements, what) in PYTHON_TESTS {
         python_venv(venv, requirements, what)?;
     }
@@ -104,8 +104,9 @@ fn cargo_component() -> Result<()> {
     Ok(())
 }
 
-/// The Python venvs of mail-service's tests: the venv under `target/`, its
-/// pinned requirements, and what it holds.
+/// The Python venvs of the tests (mail-service's, and the MCP SDK of
+/// `tests/mcp_oauth.rs`): the venv under `target/`, its pinned
+/// requirements, and what it holds.
 const PYTHON_TESTS: &[(&str, &str, &str)] = &[
     (
         "dkim-venv",
@@ -116,6 +117,11 @@ const PYTHON_TESTS: &[(&str, &str, &str)] = &[
         "resend-python-venv",
         "mail-service/tests/sdk_python/requirements.txt",
         "Resend's Python SDK",
+    ),
+    (
+        "mcp-python-venv",
+        "tests/mcp_oauth/requirements.txt",
+        "the official MCP Python SDK",
     ),
 ];
 

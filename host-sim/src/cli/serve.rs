@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 use host_sim::{AuthStyle, Host, HostConfig, HostError, Secret};
 
-use crate::cli::operator::read_secret;
+use crate::cli::operator::{parse_ttl, read_secret};
 use crate::{CliError, exit};
 
 #[derive(Args)]
@@ -80,6 +80,61 @@ fn parse_dev_binding(text: &str) -> Result<DevBinding, String> {
         }
     }
     Ok(binding)
+}
+
+/// How `serve` runs the MCP server's OAuth authorization server.
+#[derive(Args)]
+pub(crate) struct OAuthArgs {
+    /// The server's public base URL (e.g. https://host.example): the
+    /// OAuth issuer, and `<URL>/mcp` the resource its tokens are bound to.
+    /// Unset: http://<Host header> of each request (loopback, development).
+    #[arg(long, env = "HOST_SIM_PUBLIC_URL", value_parser = parse_public_url)]
+    public_url: Option<String>,
+    /// Lifetime of an OAuth access token, e.g. `15m`.
+    #[arg(long, default_value = "15m", value_parser = parse_ttl)]
+    oauth_access_token_ttl: Duration,
+    /// Lifetime of an OAuth refresh token (each use rotates it), e.g. `30d`.
+    #[arg(long, default_value = "30d", value_parser = parse_ttl)]
+    oauth_refresh_token_ttl: Duration,
+    /// Switch off Dynamic Client Registration (`/oauth/register`).
+    #[arg(long)]
+    no_dynamic_client_registration: bool,
+    /// Switch off clients identified by a Client ID Metadata Document URL.
+    #[arg(long)]
+    no_client_metadata_documents: bool,
+    /// Fetch client metadata documents from loopback and private addresses
+    /// (and over plain http to loopback): for development only.
+    #[arg(long)]
+    allow_private_client_metadata: bool,
+}
+
+fn parse_public_url(text: &str) -> Result<String, String> {
+    let url =
+        url::Url::parse(text).map_err(|e| format!("`{text}` is not an absolute URL ({e})"))?;
+    if !matches!(url.scheme(), "https" | "http")
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return Err(format!(
+            "`{text}` must be an http(s) base URL without query or fragment"
+        ));
+    }
+    Ok(text.trim_end_matches('/').to_string())
+}
+
+impl OAuthArgs {
+    pub(crate) fn options(&self) -> host_sim::serve::OAuthOptions {
+        let mut options = host_sim::serve::OAuthOptions {
+            public_url: self.public_url.clone(),
+            dynamic_registration: !self.no_dynamic_client_registration,
+            client_metadata_documents: !self.no_client_metadata_documents,
+            ..Default::default()
+        };
+        options.lifetimes.access_token = self.oauth_access_token_ttl;
+        options.lifetimes.refresh_token = self.oauth_refresh_token_ttl;
+        options.metadata_fetch.allow_private_addresses = self.allow_private_client_metadata;
+        options
+    }
 }
 
 /// `dev`: the build in a throwaway development state, served until Ctrl-C,

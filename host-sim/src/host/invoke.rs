@@ -18,23 +18,42 @@ use crate::error::{InvokeError, Limit};
 use crate::pool::{InstantiationSamples, LoadError};
 use crate::sandbox::{self, CompiledRelease};
 use crate::spec;
+use crate::state;
 
-/// Who calls: the bearer token a surface received. Its `Debug` never shows
-/// the token.
+/// Who calls: the bearer token a surface received, and the resource that
+/// surface is when it accepts tokens bound to it (RFC 8707: the MCP
+/// server's URL). Its `Debug` never shows the token.
 #[derive(Clone)]
 pub struct Caller {
     token: String,
+    resource: Option<String>,
 }
 
 impl Caller {
+    /// A caller of a surface that takes operator-issued tokens only (the
+    /// HTTP API, the console, the CLI).
     pub fn bearer(token: impl Into<String>) -> Self {
         Self {
             token: token.into(),
+            resource: None,
+        }
+    }
+
+    /// A caller of the resource `resource`, which also takes the tokens
+    /// the authorization server minted for exactly that resource.
+    pub fn at_resource(token: impl Into<String>, resource: impl Into<String>) -> Self {
+        Self {
+            token: token.into(),
+            resource: Some(resource.into()),
         }
     }
 
     pub(crate) fn token(&self) -> &str {
         &self.token
+    }
+
+    pub(crate) fn resource(&self) -> Option<&str> {
+        self.resource.as_deref()
     }
 }
 
@@ -158,7 +177,9 @@ impl Host {
             .state
             .invocation_snapshot(caller.token(), &request.extension, &request.project)
             .map_err(|e| internal("the host state is unavailable", e))?;
-        if snapshot.user.is_none() {
+        if snapshot.user.is_none()
+            || !state::audience_accepts(snapshot.audience.as_deref(), caller.resource())
+        {
             return Err(InvokeError::Unauthenticated);
         }
         if !snapshot.project_access {
@@ -189,6 +210,14 @@ impl Host {
                     extension: request.extension.clone(),
                     action: request.action.clone(),
                 })?;
+        let needed = spec::required_scope(&action.info.http_method);
+        if let Some(granted) = &snapshot.scope
+            && !spec::scope_contains(granted, needed)
+        {
+            return Err(InvokeError::InsufficientScope {
+                scope: needed.to_string(),
+            });
+        }
         if let Some(missing) = action
             .capabilities
             .iter()

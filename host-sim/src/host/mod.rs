@@ -6,6 +6,7 @@
 //! below it is reached through these methods.
 
 mod invoke;
+mod oauth;
 mod operator;
 mod queries;
 mod tracking;
@@ -15,6 +16,10 @@ use std::sync::Arc;
 
 pub(crate) use invoke::new_request_id;
 pub use invoke::{Caller, Invocation, InvokeRequest};
+pub use oauth::{
+    Approval, ClientCredentials, OAuthClient, OAuthError, OAuthLifetimes, check_challenge,
+    check_redirect_uri, is_metadata_document_id, parse_scope, redirect_host,
+};
 pub use operator::{InvalidInput, IssuedToken};
 pub use queries::{MAX_SESSION_TTL, PanelSession};
 pub use tracking::{CertificateState, EdgeRemoval, TrackingError, TrackingRecords};

@@ -25,7 +25,7 @@ impl Host {
     /// The caller's user and the projects (with their granted extensions)
     /// its token reaches now; `None` for an unknown or expired token.
     pub fn caller_access(&self, caller: &Caller) -> Result<Option<TokenAccess>, HostError> {
-        Ok(self.state.token_access(caller.token())?)
+        Ok(self.state.token_access(caller.token(), caller.resource())?)
     }
 
     /// The actions of an installed extension, in manifest-name order;

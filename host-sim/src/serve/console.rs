@@ -74,7 +74,18 @@ impl Sessions {
         id
     }
 
-    fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
+    /// The id of the browser's current session (what a consent page is
+    /// bound to).
+    pub(super) fn session_id(&self, headers: &HeaderMap) -> Option<String> {
+        let id = cookie(headers, COOKIE)?;
+        let sessions = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        sessions
+            .get(&id)
+            .filter(|s| s.expires > Instant::now())
+            .map(|_| id)
+    }
+
+    pub(super) fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
         let id = cookie(headers, COOKIE)?;
         let sessions = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
         sessions
@@ -147,7 +158,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// A console page with the security headers every page gets.
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
+pub(super) fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
@@ -177,11 +188,37 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
     response
 }
 
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     html_escape::encode_double_quoted_attribute(text).into_owned()
 }
 
 fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response {
+    sign_in_page_to(status, problem, None)
+}
+
+/// Where a sign-in may continue to: the consent page of an authorization
+/// request, or the connected apps (never another site).
+fn continues_to(next: &str) -> bool {
+    (next == "/console/apps" || next.starts_with("/console/authorize?"))
+        && next.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The sign-in page; after signing in the browser goes on to `next` (see
+/// [`continues_to`]).
+pub(super) fn sign_in_page_to(
+    status: StatusCode,
+    problem: Option<&str>,
+    next: Option<&str>,
+) -> Response {
+    let next = next
+        .filter(|next| continues_to(next))
+        .map(|next| {
+            format!(
+                "<input type=\"hidden\" name=\"next\" value=\"{}\">\n",
+                escape(next)
+            )
+        })
+        .unwrap_or_default();
     let problem = problem
         .map(|p| {
             format!(
@@ -205,7 +242,7 @@ fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response {
              <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required \
              aria-describedby=\"{described}\">\n\
              <p id=\"token-help\" class=\"help\">A token from <code>host-sim token issue</code>. \
-             It stays on this server; the browser keeps only a session cookie.</p>\n{problem}\n\
+             It stays on this server; the browser keeps only a session cookie.</p>\n{problem}\n{next}\
              <button type=\"submit\">Sign in</button>\n</form>\n</main>"
         ),
     )
@@ -216,9 +253,10 @@ async fn access(shared: &Shared, caller: Caller) -> Result<TokenAccess, InvokeEr
     caller_access(&shared.host, &caller).await
 }
 
-fn header_bar(user: &str) -> String {
+pub(super) fn header_bar(user: &str) -> String {
     format!(
         "<header class=\"bar\">\n<a class=\"home\" href=\"/console\">host-sim console</a>\n\
+         <a class=\"apps\" href=\"/console/apps\">Connected apps</a>\n\
          <span class=\"user\">Signed in as {}</span>\n\
          <form method=\"post\" action=\"/console/sign-out\"><button type=\"submit\">Sign out</button></form>\n\
          </header>",
@@ -280,7 +318,7 @@ fn problem_page(error: &InvokeError) -> Response {
 }
 
 /// Refuses cross-site form posts and fetches (on top of `SameSite=Strict`).
-fn same_origin(headers: &HeaderMap) -> bool {
+pub(super) fn same_origin(headers: &HeaderMap) -> bool {
     let site_ok = headers
         .get("sec-fetch-site")
         .and_then(|v| v.to_str().ok())
@@ -308,22 +346,27 @@ async fn sign_in(State(shared): State<Shared>, headers: HeaderMap, body: String)
             Some("Sign in from the console page itself."),
         );
     }
-    let token = form_urlencoded::parse(body.as_bytes())
-        .find(|(name, _)| name == "token")
-        .map(|(_, value)| value.trim().to_string())
-        .unwrap_or_default();
+    let field = |field: &str| {
+        form_urlencoded::parse(body.as_bytes())
+            .find(|(name, _)| name == field)
+            .map(|(_, value)| value.trim().to_string())
+    };
+    let token = field("token").unwrap_or_default();
+    let next = field("next").filter(|next| continues_to(next));
     if token.is_empty() {
-        return sign_in_page(
+        return sign_in_page_to(
             StatusCode::UNPROCESSABLE_ENTITY,
             Some("Enter an API token."),
+            next.as_deref(),
         );
     }
     let access = match access(&shared, Caller::bearer(token.clone())).await {
         Ok(access) => access,
         Err(InvokeError::Unauthenticated) => {
-            return sign_in_page(
+            return sign_in_page_to(
                 StatusCode::UNAUTHORIZED,
                 Some("That token is unknown or has expired."),
+                next.as_deref(),
             );
         }
         Err(error) => return problem_page(&error),
@@ -334,8 +377,11 @@ async fn sign_in(State(shared): State<Shared>, headers: HeaderMap, body: String)
         .console_session_ttl
         .min(Duration::from_secs(remaining));
     let id = shared.console.open(token, ttl);
-    let mut response = Redirect::to(&match access.projects.keys().next() {
-        Some(project) if access.projects.len() == 1 => format!("/console/projects/{project}"),
+    let mut response = Redirect::to(&match (next, access.projects.keys().next()) {
+        (Some(next), _) => next,
+        (None, Some(project)) if access.projects.len() == 1 => {
+            format!("/console/projects/{project}")
+        }
         _ => "/console".to_string(),
     })
     .into_response();

@@ -1,10 +1,16 @@
 //! The host's MCP server: `/mcp`, streamable HTTP, stateless.
 //!
 //! Every request carries `Authorization: Bearer <token>`; [`authenticate`]
-//! checks it before the MCP layer sees the request and answers an unknown
-//! token with HTTP 401 in the one error shape. Without sessions each POST
-//! stands on its own, so a revoked grant or an expired token takes effect
-//! on the next request.
+//! checks it before the MCP layer sees the request and answers a missing,
+//! unknown or expired token, or one minted for another resource, with HTTP
+//! 401 in the one error shape and a `WWW-Authenticate` challenge naming the
+//! Protected Resource Metadata and the scopes (RFC 9728), so a client can
+//! discover the authorization server (`serve::oauth`). A `tools/call` that
+//! needs a scope the token was not granted is HTTP 403
+//! `insufficient_scope` naming the scope, before it reaches the MCP layer
+//! (`Host::invoke` refuses it too). Without sessions each POST stands on
+//! its own, so a revoked grant, a disconnected app or an expired token
+//! takes effect on the next request.
 //!
 //! The tools are the caller's: one per action of every extension granted to
 //! a project the token reaches, named by the manifest's `mcp_tool`, with
@@ -18,6 +24,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
+use axum::http::header;
 use axum::http::request::Parts;
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -32,11 +39,11 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
 use super::{
-    Shared, bearer, caller_access, host_query, invoke, invoke_error_response, new_request_id,
+    Shared, bearer, caller_access, host_query, invoke, invoke_error_response, new_request_id, oauth,
 };
 use crate::error::InvokeError;
 use crate::host::{Caller, Host, HostError, InvokeRequest};
-use crate::spec::ActionInfo;
+use crate::spec::{self, ActionInfo};
 use crate::state::TokenAccess;
 
 /// The argument every tool takes besides the action's own input.
@@ -71,21 +78,90 @@ struct Authenticated {
     access: TokenAccess,
 }
 
-/// Lets only requests with a valid bearer token through, with the caller
-/// attached; everything else is HTTP 401 in the one error shape.
-async fn authenticate(State(shared): State<Shared>, mut request: Request, next: Next) -> Response {
+/// Largest MCP request body read (a JSON-RPC message).
+const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
+/// Lets only requests with a valid bearer token for this resource through,
+/// with the caller attached; everything else is HTTP 401 with the
+/// resource's challenge, or 403 for a tool the token's scopes do not cover.
+async fn authenticate(State(shared): State<Shared>, request: Request, next: Next) -> Response {
     let request_id = new_request_id();
-    let Some(caller) = bearer(request.headers()) else {
-        return invoke_error_response(&InvokeError::Unauthenticated, &request_id);
+    let resource = oauth::mcp_resource(&shared, request.headers());
+    let headers = request.headers().clone();
+    let unauthenticated = |token_sent: bool| {
+        let mut response = invoke_error_response(&InvokeError::Unauthenticated, &request_id);
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            oauth::mcp_challenge(&shared, &headers, token_sent),
+        );
+        response
     };
+    let Some(token) = bearer(request.headers()) else {
+        return unauthenticated(false);
+    };
+    let caller = Caller::at_resource(token.token(), resource);
     let access = match caller_access(&shared.host, &caller).await {
         Ok(access) => access,
+        Err(InvokeError::Unauthenticated) => return unauthenticated(true),
         Err(error) => return invoke_error_response(&error, &request_id),
     };
+    // An operator-issued token has every scope: its request goes on as it
+    // came. An authorization-server token's `tools/call` is read first.
+    let Some(granted) = access.scope.clone() else {
+        let mut request = request;
+        request
+            .extensions_mut()
+            .insert(Authenticated { caller, access });
+        return next.run(request).await;
+    };
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            let error = InvokeError::LimitExceeded {
+                limit: crate::error::Limit::InputBytes,
+                message: format!("an MCP request may be at most {MAX_REQUEST_BYTES} bytes"),
+            };
+            return invoke_error_response(&error, &request_id);
+        }
+    };
+    if let Some(needed) = needed_scope(&shared, &access, &bytes).await
+        && !spec::scope_contains(&granted, needed)
+    {
+        let error = InvokeError::InsufficientScope {
+            scope: needed.to_string(),
+        };
+        let mut response = invoke_error_response(&error, &request_id);
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            oauth::insufficient_scope_challenge(&shared, &parts.headers, &granted, needed),
+        );
+        return response;
+    }
+    let mut request = Request::from_parts(parts, axum::body::Body::from(bytes));
     request
         .extensions_mut()
         .insert(Authenticated { caller, access });
     next.run(request).await
+}
+
+/// The scope a `tools/call` message needs (see `spec::required_scope`);
+/// `None` for every other message, and for a tool the caller does not have
+/// (the MCP layer answers that one).
+async fn needed_scope(shared: &Shared, access: &TokenAccess, body: &[u8]) -> Option<&'static str> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    if message.get("method")?.as_str()? != "tools/call" {
+        return None;
+    }
+    let name = message.get("params")?.get("name")?.as_str()?.to_string();
+    let access = access.clone();
+    let tools = host_query(&shared.host, "listing a caller's MCP tools", move |host| {
+        caller_tools(host, &access)
+    })
+    .await
+    .ok()?;
+    let tool = tools.into_iter().find(|t| t.action.mcp_tool == name)?;
+    Some(spec::required_scope(&tool.action.http_method))
 }
 
 /// One tool a caller may use: an action and the caller's projects that

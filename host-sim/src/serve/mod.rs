@@ -6,18 +6,25 @@
 //! | `/v1/plugins/{extension}/panel/{file}` | the installed release's panel files ([`console`]) |
 //! | `/console/…` | the console: sign-in, a page per project with the panel ([`console`]) |
 //! | `/mcp` | the host's MCP server (streamable HTTP): a tool per action of the caller's granted extensions ([`mcp`]) |
+//! | `/.well-known/oauth-*`, `/oauth/*`, `/console/authorize`, `/console/apps` | the MCP server's OAuth authorization server and its console pages ([`oauth`]) |
 //! | `/healthz` | liveness |
 //! | `/readyz` | readiness: 200 when the operator state answers, 503 with the reason while not |
 //! | any path, `Host:` an applied tracking hostname | the tracking ingress: exactly `GET /script.js`, `POST`/`OPTIONS /api/send` forwarded to the provider, everything else 404 ([`ingress`]) |
 //!
 //! Every surface authenticates with the host's bearer tokens and runs
-//! actions through [`Host::invoke`], the same function as the CLI.
+//! actions through [`Host::invoke`], the same function as the CLI. The
+//! tokens the authorization server mints are bound to the MCP resource:
+//! `/mcp` takes them (and operator-issued ones), the API and the console
+//! only operator-issued ones.
 
 mod api;
 mod console;
 mod ingress;
 mod mcp;
 pub mod metrics;
+mod oauth;
+
+pub use oauth::{MetadataFetch, OAuthOptions};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,6 +57,8 @@ pub struct ServeOptions {
     /// ingress believes (see `tracking::ingress::visitor_address`); none:
     /// the visitor is the connection's address.
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// The MCP server's authorization server.
+    pub oauth: OAuthOptions,
 }
 
 impl Default for ServeOptions {
@@ -58,6 +67,7 @@ impl Default for ServeOptions {
             panel_session_ttl: Duration::from_secs(600),
             console_session_ttl: Duration::from_secs(8 * 3600),
             trusted_proxies: Vec::new(),
+            oauth: OAuthOptions::default(),
         }
     }
 }
@@ -68,6 +78,7 @@ pub(crate) struct Shared {
     pub host: Arc<Host>,
     pub options: Arc<ServeOptions>,
     pub console: Arc<console::Sessions>,
+    pub oauth: Arc<oauth::OAuthShared>,
     /// The tracking ingress's forwarding client.
     pub ingress: Option<Arc<reqwest::Client>>,
 }
@@ -78,6 +89,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
         host: host.clone(),
         options: Arc::new(options),
         console: Arc::new(console::Sessions::default()),
+        oauth: Arc::default(),
         ingress: ingress::client().map(Arc::new),
     };
     Router::new()
@@ -86,6 +98,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
         .merge(api::routes(shared.clone()))
         .merge(console::routes(shared.clone()))
         .merge(mcp::routes(shared.clone()))
+        .merge(oauth::routes(shared.clone()))
         .fallback(|| async {
             error_response(
                 StatusCode::NOT_FOUND,
@@ -273,6 +286,7 @@ pub fn http_status(error: &InvokeError) -> StatusCode {
     match error {
         InvokeError::Unauthenticated => StatusCode::UNAUTHORIZED,
         InvokeError::NoProjectAccess { .. }
+        | InvokeError::InsufficientScope { .. }
         | InvokeError::NotGranted { .. }
         | InvokeError::CapabilityNotApproved { .. } => StatusCode::FORBIDDEN,
         InvokeError::StaleGeneration { .. } => StatusCode::CONFLICT,

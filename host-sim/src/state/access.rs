@@ -15,6 +15,9 @@ pub struct TokenAccess {
     pub user: String,
     /// Unix seconds.
     pub expires_at: i64,
+    /// The scopes an authorization-server token was granted (`read`,
+    /// `write`); `None` for an operator-issued token (every scope).
+    pub scope: Option<String>,
     /// Project → extensions granted to it.
     pub projects: BTreeMap<String, Vec<String>>,
 }
@@ -177,21 +180,33 @@ impl State {
         })
     }
 
-    /// The token's user, expiry and the projects it can reach now (named by
-    /// the token and still the user's), with each project's granted
-    /// extensions; `None` for an unknown or expired token.
-    pub fn token_access(&self, token: &str) -> Result<Option<TokenAccess>> {
+    /// The token's user, expiry, scopes and the projects it can reach now
+    /// (named by the token and still the user's), with each project's
+    /// granted extensions; `None` for an unknown or expired token, or one
+    /// bound to a resource other than `resource` (see [`audience_accepts`]).
+    pub fn token_access(&self, token: &str, resource: Option<&str>) -> Result<Option<TokenAccess>> {
         let conn = self.conn();
         let hash = token_hash(token);
-        let Some((user, expires_at)) = conn
+        let Some((user, expires_at, audience, scope)) = conn
             .prepare_cached(
-                "SELECT user_id, expires_at FROM tokens WHERE token_hash = ?1 AND expires_at > ?2",
+                "SELECT user_id, expires_at, audience, scope FROM tokens
+                  WHERE token_hash = ?1 AND expires_at > ?2",
             )?
-            .query_row(params![hash, now_secs()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row(params![hash, now_secs()], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get(3)?,
+                ))
+            })
             .optional()?
         else {
             return Ok(None);
         };
+        if !audience_accepts(audience.as_deref(), resource) {
+            return Ok(None);
+        }
         let mut stmt = conn.prepare_cached(
             "SELECT tp.project_id, g.extension_id
                FROM token_projects tp
@@ -212,6 +227,7 @@ impl State {
         Ok(Some(TokenAccess {
             user,
             expires_at,
+            scope,
             projects,
         }))
     }
@@ -224,6 +240,17 @@ impl State {
                 params![now_secs().saturating_sub(grace_secs)],
             )?)
         })
+    }
+}
+
+/// Whether a token minted for `audience` may be used at a surface that is
+/// `resource`: an operator-issued token (no audience) anywhere; a token of
+/// the authorization server (RFC 8707) only at the very resource it was
+/// minted for, so never at the HTTP API or the console (`None`).
+pub fn audience_accepts(audience: Option<&str>, resource: Option<&str>) -> bool {
+    match audience {
+        None => true,
+        Some(audience) => resource == Some(audience),
     }
 }
 
@@ -364,7 +391,7 @@ mod tests {
                 .user
                 .is_none()
         );
-        assert!(state.token_access("hst_old").unwrap().is_none());
+        assert!(state.token_access("hst_old", None).unwrap().is_none());
         drop(state);
         let raw = std::fs::read(dir.path().join(DB_FILE)).unwrap();
         let needle = b"hst_secret-token";

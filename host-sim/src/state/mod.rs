@@ -8,6 +8,7 @@
 //! | [`bindings`] | the projects' bindings: the only place a provider secret is stored |
 //! | [`settings`] | public per-project settings |
 //! | [`documents`] | the project-scoped documents |
+//! | [`oauth`] | the MCP authorization server's clients, connected apps, codes and refresh tokens |
 //! | [`tracking`] | tracking domains: settings, challenge key, each domain's step ([`steps`]) |
 //! | `secrets` | sealing and opening the stored secrets under the master key; its rotation |
 //! | [`snapshot`] | what one invocation's checks read, at one version |
@@ -21,6 +22,7 @@ pub mod bindings;
 mod changes;
 pub mod documents;
 mod error;
+pub mod oauth;
 pub mod releases;
 mod schema;
 mod secrets;
@@ -36,7 +38,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use sha2::{Digest, Sha256};
 
-pub use access::{CapabilityCheck, TokenAccess};
+pub use access::{CapabilityCheck, TokenAccess, audience_accepts};
 pub use bindings::{AuthStyle, Binding, BindingInfo};
 pub use changes::StateVersion;
 pub use documents::{Condition, DocumentScope, ProjectDocument, StoredDocument, WriteOutcome};

@@ -141,6 +141,69 @@ INSERT INTO tracking_settings_sealed (id, challenge_key, ingress_target, console
 DROP TABLE tracking_settings;
 ALTER TABLE tracking_settings_sealed RENAME TO tracking_settings;
 "#,
+    // OAuth authorization of the MCP server (issue 31). A token row may be
+    // bound to one resource (`audience`, NULL: an operator-issued token,
+    // valid on every surface but refused by none) and carry the scopes
+    // granted (`scope`, NULL: every scope); one issued by the authorization
+    // server belongs to a connected app (`app_id`: a person's consent to a
+    // client) and to the refresh family of one authorization (`family_id`).
+    // Codes, refresh tokens and client secrets are stored as SHA-256 hashes
+    // only, like the tokens.
+    r#"
+ALTER TABLE tokens ADD COLUMN audience TEXT;
+ALTER TABLE tokens ADD COLUMN scope TEXT;
+ALTER TABLE tokens ADD COLUMN app_id TEXT;
+ALTER TABLE tokens ADD COLUMN family_id TEXT;
+CREATE INDEX tokens_by_app ON tokens (app_id);
+CREATE INDEX tokens_by_family ON tokens (family_id);
+CREATE TABLE oauth_clients (
+    client_id TEXT PRIMARY KEY,
+    auth_method TEXT NOT NULL,
+    client_name TEXT NOT NULL,
+    redirect_uris TEXT NOT NULL,
+    secret_hash TEXT,
+    metadata TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE oauth_apps (
+    app_id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    client_name TEXT NOT NULL,
+    redirect_host TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    UNIQUE (user_id, client_id)
+);
+CREATE TABLE oauth_app_projects (
+    app_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    PRIMARY KEY (app_id, project_id)
+);
+CREATE TABLE oauth_codes (
+    code_hash TEXT PRIMARY KEY,
+    app_id TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    redirect_uri TEXT NOT NULL,
+    code_challenge TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    family_id TEXT
+);
+CREATE TABLE oauth_refresh_tokens (
+    token_hash TEXT PRIMARY KEY,
+    family_id TEXT NOT NULL,
+    app_id TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    resource TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    used_at INTEGER
+);
+CREATE INDEX oauth_refresh_by_family ON oauth_refresh_tokens (family_id);
+"#,
 ];
 
 /// The schema version a database must have for this host.

@@ -21,6 +21,11 @@ use super::{State, now_secs, token_hash};
 pub struct InvocationSnapshot {
     /// The token's user, if the token exists and has not expired.
     pub user: Option<String>,
+    /// The resource the token was minted for (`None`: operator-issued;
+    /// see `access::audience_accepts`).
+    pub audience: Option<String>,
+    /// The scopes the token was granted (`None`: every scope).
+    pub scope: Option<String>,
     /// The token names the project and the user still has access to it.
     pub project_access: bool,
     pub granted: bool,
@@ -101,13 +106,15 @@ fn read_snapshot(
     (hash, extension_id, project_id): &SnapshotKey,
     version: Option<StateVersion>,
 ) -> Result<StoredSnapshot> {
-    let token: Option<(String, i64)> = conn
-        .prepare_cached("SELECT user_id, expires_at FROM tokens WHERE token_hash = ?1")?
-        .query_row([hash], |r| Ok((r.get(0)?, r.get(1)?)))
+    let token: Option<(String, i64, Option<String>, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT user_id, expires_at, audience, scope FROM tokens WHERE token_hash = ?1",
+        )?
+        .query_row([hash], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .optional()?;
     let project_access = match &token {
         None => false,
-        Some((user, _)) => conn
+        Some((user, ..)) => conn
             .prepare_cached(
                 "SELECT 1 FROM token_projects tp JOIN user_projects up
                    ON up.project_id = tp.project_id AND up.user_id = ?2
@@ -126,14 +133,18 @@ fn read_snapshot(
         Some(digest) => approvals(conn, extension_id, digest)?,
         None => BTreeSet::new(),
     };
-    let (user, token_expires_at) = match token {
-        Some((user, expires_at)) => (Some(user), Some(expires_at)),
-        None => (None, None),
+    let (user, token_expires_at, audience, scope) = match token {
+        Some((user, expires_at, audience, scope)) => {
+            (Some(user), Some(expires_at), audience, scope)
+        }
+        None => (None, None, None, None),
     };
     Ok(StoredSnapshot {
         token_expires_at,
         snapshot: Arc::new(InvocationSnapshot {
             user,
+            audience,
+            scope,
             project_access,
             granted,
             release_digest,
