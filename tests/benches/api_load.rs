@@ -15,12 +15,15 @@
 //! assert timing. Needs `wrk` (Debian: `apt-get install wrk`).
 //!
 //! Metrics on and off in the same run: the API routes are measured against
-//! this process's server (no metrics recorder, as `serve` without
-//! `--metrics-listen`) and against a second server with the recorder and
-//! the operator listener on (`serve --metrics-listen`), which runs in a
-//! child process of this same binary because the recorder is global to a
-//! process. Slices alternate between the two (off, on, on, off), so both
-//! see the same background load; the ratio on/off is printed per route.
+//! two servers in child processes of this same binary (the recorder is
+//! global to a process), one without the Prometheus recorder (as `serve`
+//! without `--metrics-listen`) and one with the recorder and the operator
+//! listener on (`serve --metrics-listen`). Short slices alternate between
+//! the two, the order swapped every pair, so a drift of the machine's
+//! background load falls on both alike; per route it prints the ratio
+//! on/off of the throughput over all slices and of the servers' CPU time
+//! per request (from `/proc/<pid>/stat`, which background load does not
+//! inflate as it does wall time).
 //!
 //! `cargo bench -p workspace-tests --bench api_load`
 //! (`API_LOAD_SECONDS`, `API_LOAD_CONNECTIONS` change the defaults 10 and 16.)
@@ -37,6 +40,8 @@ use support::Platform;
 /// One wrk run's figures.
 struct Figures {
     requests_per_sec: f64,
+    requests: u64,
+    seconds: f64,
     p50_ms: f64,
     p99_ms: f64,
     non_2xx: u64,
@@ -49,7 +54,8 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// wrk's latency figures are like `1.23ms`, `870.00us`, `1.02s`.
+/// wrk's durations are like `1.23ms`, `870.00us`, `1.02s`, `1.00m`; in
+/// milliseconds.
 fn parse_latency(text: &str) -> Option<f64> {
     let (number, factor) = if let Some(n) = text.strip_suffix("us") {
         (n, 1e-3)
@@ -57,6 +63,8 @@ fn parse_latency(text: &str) -> Option<f64> {
         (n, 1.0)
     } else if let Some(n) = text.strip_suffix('s') {
         (n, 1e3)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60e3)
     } else {
         return None;
     };
@@ -66,6 +74,8 @@ fn parse_latency(text: &str) -> Option<f64> {
 fn parse_wrk(output: &str) -> Option<Figures> {
     let mut figures = Figures {
         requests_per_sec: 0.0,
+        requests: 0,
+        seconds: 0.0,
         p50_ms: f64::NAN,
         p99_ms: f64::NAN,
         non_2xx: 0,
@@ -74,6 +84,10 @@ fn parse_wrk(output: &str) -> Option<Figures> {
         let fields: Vec<&str> = line.split_whitespace().collect();
         match fields.as_slice() {
             ["Requests/sec:", value] => figures.requests_per_sec = value.parse().ok()?,
+            [requests, "requests", "in", elapsed, ..] => {
+                figures.requests = requests.parse().ok()?;
+                figures.seconds = parse_latency(elapsed.trim_end_matches(','))? / 1e3;
+            }
             ["50%", value] => figures.p50_ms = parse_latency(value)?,
             ["99%", value] => figures.p99_ms = parse_latency(value)?,
             ["Non-2xx", "or", "3xx", "responses:", value] => {
@@ -149,11 +163,15 @@ fn provision(platform: &Platform, served: &support::Served) -> (Routes, support:
     )
 }
 
-/// The child: serves with metrics on and prints its routes until its
-/// stdin closes.
-fn serve_with_metrics() {
+/// The child: serves (with metrics on when its role says so) and prints
+/// its routes until its stdin closes.
+fn serve_child(metrics: bool) {
     let platform = Platform::start("load-shop", "load-provider-secret", Duration::from_secs(5));
-    let served = platform.serve_with_metrics();
+    let served = if metrics {
+        platform.serve_with_metrics()
+    } else {
+        platform.serve()
+    };
     let (routes, _) = provision(&platform, &served);
     println!("configuration {}", routes.configuration);
     println!("stats {}", routes.stats);
@@ -165,11 +183,77 @@ fn serve_with_metrics() {
     let _ = std::io::stdin().read_line(&mut rest);
 }
 
-/// Figures of several slices of one route: throughput and latency averaged.
+/// A server in a child process of this binary, and its routes.
+struct Child {
+    process: std::process::Child,
+    routes: Routes,
+    metrics: String,
+}
+
+impl Child {
+    fn start(role: &str) -> Child {
+        let mut process = Command::new(std::env::current_exe().expect("this bench's path"))
+            .env(ROLE, role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("a server child starts");
+        let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
+        let mut said = std::collections::HashMap::new();
+        for line in lines.by_ref().map_while(Result::ok) {
+            if line == "ready" {
+                break;
+            }
+            if let Some((key, value)) = line.split_once(' ') {
+                said.insert(key.to_string(), value.to_string());
+            }
+        }
+        let field = |name: &str| {
+            said.get(name)
+                .cloned()
+                .unwrap_or_else(|| panic!("the {role} server did not say its {name}"))
+        };
+        Child {
+            routes: Routes {
+                configuration: field("configuration"),
+                stats: field("stats"),
+                bearer: field("bearer"),
+            },
+            metrics: said.get("metrics").cloned().unwrap_or_default(),
+            process,
+        }
+    }
+
+    /// The process's CPU time so far (user and system), in seconds.
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.process.id()))
+            .expect("the child's /proc stat");
+        // Fields after the command name (which is in parentheses): state is
+        // the 3rd field of the line, utime the 14th and stime the 15th.
+        let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        // In clock ticks of USER_HZ, which Linux fixes at 100 on x86 and
+        // arm (the unit /proc reports in, whatever the kernel's HZ).
+        ticks / 100.0
+    }
+
+    fn stop(mut self) {
+        drop(self.process.stdin.take());
+        let _ = self.process.wait();
+    }
+}
+
+/// Figures of several slices of one route: throughput over all of them,
+/// latency averaged.
 fn merge(slices: &[Figures]) -> Figures {
     let n = slices.len() as f64;
+    let requests = slices.iter().map(|f| f.requests).sum::<u64>();
+    let seconds = slices.iter().map(|f| f.seconds).sum::<f64>();
     Figures {
-        requests_per_sec: slices.iter().map(|f| f.requests_per_sec).sum::<f64>() / n,
+        requests_per_sec: requests as f64 / seconds,
+        requests,
+        seconds,
         p50_ms: slices.iter().map(|f| f.p50_ms).sum::<f64>() / n,
         p99_ms: slices.iter().map(|f| f.p99_ms).sum::<f64>() / n,
         non_2xx: slices.iter().map(|f| f.non_2xx).sum(),
@@ -177,41 +261,21 @@ fn merge(slices: &[Figures]) -> Figures {
 }
 
 fn main() {
-    if std::env::var_os(ROLE).is_some() {
-        return serve_with_metrics();
+    if let Ok(role) = std::env::var(ROLE) {
+        return serve_child(role == "metrics-on");
     }
     let seconds = env_number("API_LOAD_SECONDS", 10);
     let connections = env_number("API_LOAD_CONNECTIONS", 16);
-    let mut child = Command::new(std::env::current_exe().expect("this bench's path"))
-        .env(ROLE, "metrics-on")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the metrics-on server starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut on = std::collections::HashMap::new();
-    for line in lines.by_ref().map_while(Result::ok) {
-        if line == "ready" {
-            break;
-        }
-        if let Some((key, value)) = line.split_once(' ') {
-            on.insert(key.to_string(), value.to_string());
-        }
-    }
-    let on_metrics = on["metrics"].clone();
-    let on = Routes {
-        configuration: on["configuration"].clone(),
-        stats: on["stats"].clone(),
-        bearer: on["bearer"].clone(),
-    };
+    let off = Child::start("metrics-off");
+    let on = Child::start("metrics-on");
 
     let platform = Platform::start("load-shop", "load-provider-secret", Duration::from_secs(5));
     let served = platform.serve();
-    let (off, week) = provision(&platform, &served);
+    let (_, week) = provision(&platform, &served);
     let provider = vec![("Authorization", format!("Bearer {}", platform.secret))];
     let baselines = [
         (
-            "GET /healthz (same server, no invocation)",
+            "GET /healthz (no invocation)",
             format!("{}/healthz", served.base_url),
             vec![],
         ),
@@ -234,33 +298,60 @@ fn main() {
             wrk(label, url, headers, seconds, connections),
         ));
     }
-    // Each API route: off and on in alternating slices, `seconds` each.
-    let slice = (seconds / 2).max(1);
+    // Each API route: off and on in alternating 2-second slices, `seconds`
+    // in all per variant, the order swapped every pair.
+    let slice = 2.min(seconds).max(1);
+    let pairs = (seconds / slice).max(2);
     let mut ratios = Vec::new();
-    for (route, off_url, on_url) in [
-        ("GET /configuration", &off.configuration, &on.configuration),
-        ("GET /stats (unit=day, 7 days)", &off.stats, &on.stats),
+    for (route, url_of) in [
+        (
+            "GET /configuration",
+            (|r: &Routes| r.configuration.clone()) as fn(&Routes) -> String,
+        ),
+        ("GET /stats (unit=day, 7 days)", |r: &Routes| {
+            r.stats.clone()
+        }),
     ] {
         let (mut without, mut with) = (Vec::new(), Vec::new());
-        for round in 0..2 {
-            for metrics_on in [round == 1, round == 0] {
-                let (url, bearer, figures) = if metrics_on {
-                    (on_url, &on.bearer, &mut with)
-                } else {
-                    (off_url, &off.bearer, &mut without)
-                };
+        let mut cpu = [0.0f64; 2];
+        for pair in 0..pairs {
+            for metrics_on in [pair % 2 == 1, pair % 2 == 0] {
+                let server = if metrics_on { &on } else { &off };
                 let label = format!("{route}, metrics {}", if metrics_on { "on" } else { "off" });
-                let headers = [("Authorization", bearer.clone())];
-                figures.push(wrk(&label, url, &headers, slice, connections));
+                let headers = [("Authorization", server.routes.bearer.clone())];
+                let cpu_before = server.cpu_seconds();
+                let figures = wrk(
+                    &label,
+                    &url_of(&server.routes),
+                    &headers,
+                    slice,
+                    connections,
+                );
+                cpu[usize::from(metrics_on)] += server.cpu_seconds() - cpu_before;
+                if metrics_on {
+                    with.push(figures);
+                } else {
+                    without.push(figures);
+                }
             }
         }
         let (without, with) = (merge(&without), merge(&with));
-        ratios.push((route, with.requests_per_sec / without.requests_per_sec));
+        let cpu_per_request = |cpu: f64, figures: &Figures| cpu * 1e6 / figures.requests as f64;
+        let (cpu_off, cpu_on) = (
+            cpu_per_request(cpu[0], &without),
+            cpu_per_request(cpu[1], &with),
+        );
+        ratios.push((
+            route,
+            with.requests_per_sec / without.requests_per_sec,
+            cpu_off,
+            cpu_on,
+        ));
         results.push((format!("{route}, metrics off"), without));
         results.push((format!("{route}, metrics on"), with));
     }
     // What the metrics-on server recorded (and that it did record).
-    let exposition = reqwest::blocking::get(format!("http://{on_metrics}/metrics"))
+    let exposition = reqwest::blocking::get(format!("http://{}/metrics", on.metrics))
         .and_then(|r| r.text())
         .expect("the metrics-on server's /metrics");
     let recorded: Vec<&str> = exposition
@@ -268,13 +359,13 @@ fn main() {
         .filter(|l| l.starts_with("host_sim_invocations_total{"))
         .collect();
     assert!(!recorded.is_empty(), "metrics were not on:\n{exposition}");
-    drop(child.stdin.take());
-    let _ = child.wait();
+    off.stop();
+    on.stop();
 
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "api_load: wrk from a second process, {connections} connections, 2 threads, {seconds} s per route and variant, loopback"
+        "api_load: wrk from a second process, {connections} connections, 2 threads, {seconds} s per baseline, {pairs} slices of {slice} s per route and variant, loopback"
     );
     let _ = writeln!(out, "| route | requests/s | p50 | p99 |");
     let _ = writeln!(out, "|---|---|---|---|");
@@ -295,8 +386,12 @@ fn main() {
             figures.requests_per_sec / direct
         );
     }
-    for (route, ratio) in ratios {
-        let _ = writeln!(out, "{route}: metrics on / off throughput {ratio:.3}");
+    for (route, ratio, cpu_off, cpu_on) in ratios {
+        let _ = writeln!(
+            out,
+            "{route}: metrics on / off throughput {ratio:.3}; server CPU per request {cpu_off:.1} µs off, {cpu_on:.1} µs on ({:.3})",
+            cpu_on / cpu_off
+        );
     }
     for line in recorded {
         let _ = writeln!(out, "recorded by the metrics-on server: {line}");
