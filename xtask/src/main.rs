@@ -4,6 +4,7 @@
 //! needs (the WebAssembly toolchain included) and says what it is doing.
 
 mod demo;
+mod fuzz;
 mod guests;
 mod layers;
 mod new_extension;
@@ -60,6 +61,10 @@ enum Command {
     Layers,
     /// Run every test: build what tests need, then the whole test suite.
     Test(test::Args),
+    /// Run the coverage-guided fuzz targets of fuzz/ (cargo-fuzz on the
+    /// nightly toolchain, installed if missing), each for a bounded time
+    /// after replaying its corpus, and print what each did.
+    Fuzz(fuzz::Args),
     /// The main job: build the release, install it into a host-sim state in
     /// .demo/ and serve the console, the extension API and MCP on loopback
     /// with an Umami-compatible provider fake, until Ctrl-C.
@@ -89,6 +94,7 @@ fn main() -> ExitCode {
         }
         Command::Layers => layers::run(),
         Command::Test(args) => test::run(&args),
+        Command::Fuzz(args) => fuzz::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::NewExtension(args) => new_extension::run(&args),
     };

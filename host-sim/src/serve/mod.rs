@@ -19,6 +19,10 @@ mod ingress;
 mod mcp;
 pub mod metrics;
 
+pub use console::{COOKIE as CONSOLE_COOKIE, Sessions as ConsoleSessions, sign_in_token};
+pub use ingress::{IngressDecision, decide as ingress_decision};
+pub use mcp::{PROJECT_ARGUMENT, tool_call_input};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +71,7 @@ impl Default for ServeOptions {
 pub(crate) struct Shared {
     pub host: Arc<Host>,
     pub options: Arc<ServeOptions>,
-    pub console: Arc<console::Sessions>,
+    pub console: Arc<ConsoleSessions>,
     /// The tracking ingress's forwarding client.
     pub ingress: Option<Arc<reqwest::Client>>,
 }

@@ -43,7 +43,7 @@ pub use auth::{Begun, Incoming, KEY_PREFIX, RateStatus, hash_key};
 pub use dns::{DnsProtocol, DnsSettings};
 pub use domains::DomainQuery;
 pub use feedback::{AppliedEvent, FeedbackSource, Ingested};
-pub use logs::{LOG_METHODS, LogQuery};
+pub use logs::{CheckedLogQuery, LOG_METHODS, LogQuery};
 pub use metrics::{EmailMetrics, METRICS, MetricsQuery};
 pub use page::{MAX_CURSOR_CHARS, MAX_PAGE_LIMIT, Page, PageRequest};
 pub use schedule::{Canceled, EmailQuery, IfMatch, Rescheduled};
