@@ -192,9 +192,9 @@ fn body_object<'a>(
         return Err(Error::validation("body", "must be a JSON object"));
     };
     if let Some(unknown) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(Error::validation(
-            unknown.clone(),
-            format!("unknown property (allowed: {})", allowed.join(", ")),
+        return Err(Error::unknown_property(
+            unknown,
+            &format!("allowed: {}", allowed.join(", ")),
         ));
     }
     Ok(obj)
