@@ -198,6 +198,9 @@ fn compile_schema(schema: &Value, definitions: &Value) -> Result<jsonschema::Val
     jsonschema::validator_for(&schema).map_err(|e| e.to_string())
 }
 
+/// The longest rule text of a refusal, in bytes (then cut, with `…`).
+pub const MAX_RULE_BYTES: usize = 300;
+
 /// Validates `value` against `validator`; the message names the first
 /// failing location and rule.
 pub fn check(validator: &jsonschema::Validator, value: &Value, what: &str) -> Result<(), String> {
@@ -216,11 +219,43 @@ pub fn check(validator: &jsonschema::Validator, value: &Value, what: &str) -> Re
                 format!("{what} at {location}")
             };
             let mut message = error.masked().to_string();
-            if message.len() > 300 {
-                message.truncate(300);
+            if message.len() > MAX_RULE_BYTES {
+                // At a character boundary: the rule may quote the input's
+                // property names, in any script.
+                message.truncate(message.floor_char_boundary(MAX_RULE_BYTES));
                 message.push('…');
             }
             Err(format!("{location}: {message}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the fuzz target `action_input`: the rule quotes unexpected
+    /// property names, and a long one in a non-Latin script was cut inside
+    /// a character (a panic instead of a refusal).
+    #[test]
+    fn a_long_rule_is_cut_at_a_character_boundary() {
+        let schema = serde_json::json!({"type": "object", "additionalProperties": false});
+        let validator = compile_schema(&schema, &Value::Null).unwrap();
+        for name in ["é".repeat(200), format!("x{}", "語".repeat(150))] {
+            let input = serde_json::json!({ name: 1 });
+            let message = check(&validator, &input, "input").unwrap_err();
+            let (location, rule) = message.split_once(": ").unwrap();
+            assert_eq!(location, "input");
+            assert!(
+                rule.starts_with("Additional properties are not allowed"),
+                "{rule}"
+            );
+            assert!(rule.ends_with('…'), "{rule}");
+            assert!(
+                rule.len() <= MAX_RULE_BYTES + '…'.len_utf8(),
+                "{}",
+                rule.len()
+            );
         }
     }
 }

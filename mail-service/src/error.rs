@@ -116,6 +116,18 @@ impl Error {
         }
     }
 
+    /// A body's property `key` that is not allowed (`why` says which are):
+    /// named by the property, or by the body when its name is empty (found
+    /// by the fuzz target `email_json`: `{"": 1}` was refused naming the
+    /// field `""`).
+    pub fn unknown_property(key: &str, why: &str) -> Self {
+        if key.is_empty() {
+            Error::validation("body", format!("has a property with an empty name ({why})"))
+        } else {
+            Error::validation(key, format!("unknown property ({why})"))
+        }
+    }
+
     pub fn attachment(field: impl Into<String>, rule: impl Into<String>) -> Self {
         Error::InvalidAttachment {
             field: field.into(),

@@ -173,7 +173,7 @@ impl Transport {
     }
 
     pub async fn handoff(&self, email: &ValidatedEmail, envelope: &Envelope<'_>) -> Handoff {
-        let message = match build_message(email, envelope) {
+        let message = match build_message(email, envelope.message_id) {
             Ok(m) => m,
             Err(detail) => return Handoff::Rejected(detail),
         };
@@ -211,12 +211,15 @@ fn smtp_envelope(message: &Message, path: &str) -> Result<lettre::address::Envel
         .map_err(|e| format!("envelope cannot be built: {e}"))
 }
 
-fn build_message(email: &ValidatedEmail, envelope: &Envelope<'_>) -> Result<Message, String> {
+/// The MIME message of a validated email under `message_id` (see
+/// [`message_id_for`]), as the handoff builds it before signing; the error
+/// says what cannot be encoded.
+pub fn build_message(email: &ValidatedEmail, message_id: &str) -> Result<Message, String> {
     let fields = &email.payload.message;
     let mut builder = Message::builder()
         .from(email.from.clone())
         .subject(fields.subject.clone())
-        .message_id(Some(envelope.message_id.to_string()))
+        .message_id(Some(message_id.to_string()))
         .date_now();
     for m in &email.to {
         builder = builder.to(m.clone());

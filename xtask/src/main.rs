@@ -5,6 +5,7 @@
 
 mod chaos;
 mod demo;
+mod fuzz;
 mod guests;
 mod layers;
 mod new_extension;
@@ -70,6 +71,10 @@ enum Command {
     /// memory, descriptors, database size and p99 every minute; fails on a
     /// growing trend of memory or descriptors.
     Soak(chaos::Args),
+    /// Run the coverage-guided fuzz targets of fuzz/ (cargo-fuzz on the
+    /// nightly toolchain, installed if missing), each for a bounded time
+    /// after replaying its corpus, and print what each did.
+    Fuzz(fuzz::Args),
     /// The main job: build the release, install it into a host-sim state in
     /// .demo/ and serve the console, the extension API and MCP on loopback
     /// with an Umami-compatible provider fake, until Ctrl-C.
@@ -101,6 +106,7 @@ fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::Chaos(args) => chaos::chaos(&args),
         Command::Soak(args) => chaos::soak(&args),
+        Command::Fuzz(args) => fuzz::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::NewExtension(args) => new_extension::run(&args),
     };

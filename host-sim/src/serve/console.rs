@@ -38,7 +38,8 @@ use crate::error::InvokeError;
 use crate::host::Caller;
 use crate::state::TokenAccess;
 
-const COOKIE: &str = "host_sim_console";
+/// The console session cookie's name.
+pub const COOKIE: &str = "host_sim_console";
 const CONSOLE_JS: &str = include_str!("console.js");
 const CONSOLE_CSS: &str = include_str!("console.css");
 const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
@@ -47,7 +48,7 @@ const PAGE_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self';
 
 /// Signed-in browsers: session id → the user's token.
 #[derive(Default)]
-pub(crate) struct Sessions {
+pub struct Sessions {
     by_id: Mutex<HashMap<String, ConsoleSession>>,
 }
 
@@ -57,7 +58,8 @@ struct ConsoleSession {
 }
 
 impl Sessions {
-    fn open(&self, token: String, ttl: Duration) -> String {
+    /// Signs `token` in for `ttl`: the new session's id (the cookie's value).
+    pub fn open(&self, token: String, ttl: Duration) -> String {
         let mut bytes = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut bytes);
         let id = hex::encode(bytes);
@@ -85,7 +87,9 @@ impl Sessions {
             .map(|_| id)
     }
 
-    pub(super) fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
+    /// The signed-in caller of a request: its session cookie names a
+    /// session that has not expired.
+    pub fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
         let id = cookie(headers, COOKIE)?;
         let sessions = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
         sessions
@@ -94,7 +98,8 @@ impl Sessions {
             .map(|s| Caller::bearer(s.token.clone()))
     }
 
-    fn close(&self, headers: &HeaderMap) {
+    /// Signs out the session the request's cookie names.
+    pub fn close(&self, headers: &HeaderMap) {
         if let Some(id) = cookie(headers, COOKIE) {
             self.by_id
                 .lock()
@@ -113,6 +118,19 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(key, _)| *key == name)
         .map(|(_, value)| value.to_string())
+}
+
+/// The token of a sign-in form body (`application/x-www-form-urlencoded`,
+/// its first `token` field, trimmed); empty when there is none.
+pub fn sign_in_token(body: &str) -> String {
+    form_field(body, "token").unwrap_or_default()
+}
+
+/// A field of a form body, trimmed.
+fn form_field(body: &str, field: &str) -> Option<String> {
+    form_urlencoded::parse(body.as_bytes())
+        .find(|(name, _)| name == field)
+        .map(|(_, value)| value.trim().to_string())
 }
 
 pub(super) fn routes(shared: Shared) -> Router {
@@ -346,13 +364,8 @@ async fn sign_in(State(shared): State<Shared>, headers: HeaderMap, body: String)
             Some("Sign in from the console page itself."),
         );
     }
-    let field = |field: &str| {
-        form_urlencoded::parse(body.as_bytes())
-            .find(|(name, _)| name == field)
-            .map(|(_, value)| value.trim().to_string())
-    };
-    let token = field("token").unwrap_or_default();
-    let next = field("next").filter(|next| continues_to(next));
+    let token = sign_in_token(&body);
+    let next = form_field(&body, "next").filter(|next| continues_to(next));
     if token.is_empty() {
         return sign_in_page_to(
             StatusCode::UNPROCESSABLE_ENTITY,

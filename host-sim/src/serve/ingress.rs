@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -51,27 +51,78 @@ pub(crate) fn client() -> Option<reqwest::Client> {
         .ok()
 }
 
+/// What the ingress does with a request, decided from its `Host`, method
+/// and target alone, before any body is read or the provider is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IngressDecision {
+    /// `Host` names no applied tracking hostname: the other surfaces answer.
+    PassThrough,
+    /// A tracking hostname in another spelling (case, final dot, port): 421.
+    Misdirected(TrackingRoute),
+    /// The exact tracking hostname, but not an exposed request: 404.
+    NotExposed,
+    /// One of the exposed requests: forwarded to the route's provider.
+    Forward(TrackingRoute),
+}
+
+/// The one decision of the middleware ([`route`]) for a request with these
+/// `headers`, `method` and `uri` (as the server parsed the request line),
+/// given the applied `routes`.
+pub fn decide(
+    routes: &[TrackingRoute],
+    headers: &HeaderMap,
+    method: &Method,
+    uri: &Uri,
+) -> IngressDecision {
+    let Some(raw) = headers
+        .get(header::HOST)
+        .and_then(|value| value.to_str().ok())
+    else {
+        return IngressDecision::PassThrough;
+    };
+    let host = host_of(raw);
+    let Some(route) = routes.iter().find(|r| r.hostname == host) else {
+        return IngressDecision::PassThrough;
+    };
+    if !host_matches(raw, &route.hostname) {
+        return IngressDecision::Misdirected(route.clone());
+    }
+    if exposes(method.as_str(), uri.path()) {
+        IngressDecision::Forward(route.clone())
+    } else {
+        IngressDecision::NotExposed
+    }
+}
+
 /// The middleware in front of every surface.
 pub(crate) async fn route(State(shared): State<Shared>, request: Request, next: Next) -> Response {
-    let Some((route, exact)) = tracking_route(&shared, request.headers()) else {
-        return next.run(request).await;
+    let routes = match shared.host.tracking_routes() {
+        Ok(routes) => routes,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the tracking routes");
+            return next.run(request).await;
+        }
     };
-    if !exact {
-        return error_response(
-            StatusCode::MISDIRECTED_REQUEST,
-            "misdirected",
-            &format!(
-                "a tracking domain answers only to `Host: {}` exactly",
-                route.hostname
-            ),
-            &new_request_id(),
-        );
-    }
-    let raw_path = request.uri().path().to_string();
-    if !exposes(request.method().as_str(), &raw_path) {
-        crate::metrics::ingress("refused");
-        return not_exposed();
-    }
+    let decision = decide(&routes, request.headers(), request.method(), request.uri());
+    let route = match decision {
+        IngressDecision::PassThrough => return next.run(request).await,
+        IngressDecision::Misdirected(route) => {
+            return error_response(
+                StatusCode::MISDIRECTED_REQUEST,
+                "misdirected",
+                &format!(
+                    "a tracking domain answers only to `Host: {}` exactly",
+                    route.hostname
+                ),
+                &new_request_id(),
+            );
+        }
+        IngressDecision::NotExposed => {
+            crate::metrics::ingress("refused");
+            return not_exposed();
+        }
+        IngressDecision::Forward(route) => route,
+    };
     let Some(client) = &shared.ingress else {
         crate::metrics::ingress("failed");
         return error_response(
@@ -82,24 +133,6 @@ pub(crate) async fn route(State(shared): State<Shared>, request: Request, next: 
         );
     };
     forward(client, &route, &shared.options.trusted_proxies, request).await
-}
-
-/// The route whose hostname the `Host` names in any spelling (case, final
-/// dot, port), and whether it is the exact one.
-fn tracking_route(shared: &Shared, headers: &HeaderMap) -> Option<(TrackingRoute, bool)> {
-    let raw = headers.get(header::HOST)?.to_str().ok()?;
-    let host = host_of(raw);
-    let routes = match shared.host.tracking_routes() {
-        Ok(routes) => routes,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot read the tracking routes");
-            return None;
-        }
-    };
-    routes
-        .iter()
-        .find(|r| r.hostname == host)
-        .map(|r| (r.clone(), host_matches(raw, &r.hostname)))
 }
 
 fn not_exposed() -> Response {

@@ -47,7 +47,8 @@ use crate::spec::{self, ActionInfo};
 use crate::state::TokenAccess;
 
 /// The argument every tool takes besides the action's own input.
-const PROJECT_ARGUMENT: &str = "project_id";
+/// The argument every tool adds to its action's input: the project to act on.
+pub const PROJECT_ARGUMENT: &str = "project_id";
 
 pub(super) fn routes(shared: Shared) -> Router {
     let host = shared.host.clone();
@@ -337,22 +338,7 @@ impl ServerHandler for McpServer {
                 None,
             ));
         };
-        let mut arguments = request.arguments.unwrap_or_default();
-        let project = match arguments.remove(PROJECT_ARGUMENT) {
-            Some(Value::String(project)) => project,
-            Some(_) => {
-                return Err(ErrorData::invalid_params(
-                    "argument project_id must be a string: the project to act on",
-                    None,
-                ));
-            }
-            None => {
-                return Err(ErrorData::invalid_params(
-                    "argument project_id is required: the project to act on",
-                    None,
-                ));
-            }
-        };
+        let (project, input) = tool_call_input(request.arguments)?;
         let invocation = invoke(
             &self.host,
             authenticated.caller,
@@ -360,7 +346,7 @@ impl ServerHandler for McpServer {
                 extension: tool.action.extension,
                 project,
                 action: tool.action.name,
-                input: Value::Object(arguments),
+                input,
                 generation: None,
             },
         )
@@ -374,6 +360,24 @@ impl ServerHandler for McpServer {
             }
         };
         Ok(result.into())
+    }
+}
+
+/// A tool call's arguments split into the project to act on (the
+/// reserved `project_id`, a string) and the action's input (every other
+/// argument, as an object).
+pub fn tool_call_input(arguments: Option<JsonObject>) -> Result<(String, Value), ErrorData> {
+    let mut arguments = arguments.unwrap_or_default();
+    match arguments.remove(PROJECT_ARGUMENT) {
+        Some(Value::String(project)) => Ok((project, Value::Object(arguments))),
+        Some(_) => Err(ErrorData::invalid_params(
+            "argument project_id must be a string: the project to act on",
+            None,
+        )),
+        None => Err(ErrorData::invalid_params(
+            "argument project_id is required: the project to act on",
+            None,
+        )),
     }
 }
 

@@ -26,6 +26,10 @@ mod oauth;
 
 pub use oauth::{MetadataFetch, OAuthOptions};
 
+pub use console::{COOKIE as CONSOLE_COOKIE, Sessions as ConsoleSessions, sign_in_token};
+pub use ingress::{IngressDecision, decide as ingress_decision};
+pub use mcp::{PROJECT_ARGUMENT, tool_call_input};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,7 +81,7 @@ impl Default for ServeOptions {
 pub(crate) struct Shared {
     pub host: Arc<Host>,
     pub options: Arc<ServeOptions>,
-    pub console: Arc<console::Sessions>,
+    pub console: Arc<ConsoleSessions>,
     pub oauth: Arc<oauth::OAuthShared>,
     /// The tracking ingress's forwarding client.
     pub ingress: Option<Arc<reqwest::Client>>,

@@ -183,13 +183,65 @@ async fn read_line<R: AsyncRead + Unpin>(
     Ok((read > 0).then_some(()))
 }
 
+/// Where the messages of a session go: the service when serving; a
+/// recorder when a session is driven on its own ([`plain_session`]).
+pub trait FeedbackSink: Sync {
+    /// Keeps one message received with `DATA` (already dot-unstuffed and
+    /// within the size limit).
+    fn ingest(
+        &self,
+        message: &[u8],
+        source: FeedbackSource,
+    ) -> impl Future<Output = Result<Ingested, crate::error::Error>> + Send;
+}
+
+impl FeedbackSink for MailService {
+    fn ingest(
+        &self,
+        message: &[u8],
+        source: FeedbackSource,
+    ) -> impl Future<Output = Result<Ingested, crate::error::Error>> + Send {
+        self.ingest_feedback(message, source)
+    }
+}
+
 /// Who the session is with and what it may use.
-struct Peer<'a> {
+struct Peer<'a, K> {
     ip: IpAddr,
-    service: &'a MailService,
+    sink: &'a K,
     limits: &'a ListenerLimits,
     rates: &'a PeerRates,
 }
+
+/// One session without STARTTLS over any byte stream: the greeting, then
+/// commands until the client quits or the stream ends. The listener runs
+/// the same conversation on its connections; this drives it from bytes
+/// (the fuzz target `smtp_session`, tests). The peer's message rate is
+/// counted for this session alone.
+pub async fn plain_session<S, K>(
+    stream: S,
+    ip: IpAddr,
+    sink: &K,
+    limits: &ListenerLimits,
+) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    K: FeedbackSink,
+{
+    let rates = PeerRates::default();
+    let peer = Peer {
+        ip,
+        sink,
+        limits,
+        rates: &rates,
+    };
+    let mut conn = BufReader::new(stream);
+    conn.write_all(GREETING).await?;
+    commands(&mut conn, &peer, false).await?;
+    Ok(())
+}
+
+const GREETING: &[u8] = b"220 mail-service feedback ESMTP\r\n";
 
 /// How a run of commands ended.
 enum Ended {
@@ -207,14 +259,12 @@ async fn session(
 ) -> std::io::Result<()> {
     let peer = Peer {
         ip,
-        service,
+        sink: service,
         limits,
         rates,
     };
     let mut plain = BufReader::new(stream);
-    plain
-        .write_all(b"220 mail-service feedback ESMTP\r\n")
-        .await?;
+    plain.write_all(GREETING).await?;
     let Some(acceptor) = tls else {
         commands(&mut plain, &peer, false).await?;
         return Ok(());
@@ -239,14 +289,14 @@ async fn session(
 /// Serves commands until the client quits or leaves, or (when
 /// `offer_tls`) asks for STARTTLS, which is answered here and performed by
 /// the caller.
-async fn commands<S: AsyncRead + AsyncWrite + Unpin>(
+async fn commands<S: AsyncRead + AsyncWrite + Unpin, K: FeedbackSink>(
     conn: &mut BufReader<S>,
-    peer: &Peer<'_>,
+    peer: &Peer<'_, K>,
     offer_tls: bool,
 ) -> std::io::Result<Ended> {
     let Peer {
         ip: peer,
-        service,
+        sink,
         limits,
         rates,
     } = *peer;
@@ -338,7 +388,7 @@ async fn commands<S: AsyncRead + AsyncWrite + Unpin>(
                             peer,
                             rcpt_to: rcpts,
                         };
-                        match service.ingest_feedback(&message, source).await {
+                        match sink.ingest(&message, source).await {
                             Ok(Ingested::Applied { report_id, .. }) => {
                                 format!("250 2.0.0 Applied as report {report_id}\r\n").into_bytes()
                             }

@@ -14,10 +14,10 @@ use serde::Serialize;
 use crate::model::FeedbackKind;
 
 /// Longest diagnostic text kept (the rest is cut).
-const MAX_DIAGNOSTIC_CHARS: usize = 500;
+pub const MAX_DIAGNOSTIC_CHARS: usize = 500;
 /// More recipient blocks than this in one report: refused (a DSN covers the
 /// recipients of one message, at most 150 here).
-const MAX_RECIPIENTS: usize = 1000;
+pub const MAX_RECIPIENTS: usize = 1000;
 
 /// What a report says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -70,8 +70,13 @@ fn unreadable(why: impl Into<String>) -> Unreadable {
 
 /// Reads one message.
 pub fn parse(raw: &[u8]) -> Result<Report, Unreadable> {
-    let message = MessageParser::default()
-        .parse(raw)
+    // mail-parser has panicked on crafted MIME before (its issues #14, #63,
+    // #120, #145), and 0.11.9 has a `debug_assert!` that a malformed
+    // multipart report reaches (found by the fuzz target `feedback_report`).
+    // Its parse only reads `raw`, so a panic leaves nothing half-changed:
+    // the message is unreadable and kept in quarantine, never a dead session.
+    let message = std::panic::catch_unwind(|| MessageParser::default().parse(raw))
+        .map_err(|_| unreadable("the MIME structure cannot be read (the parser failed on it)"))?
         .ok_or_else(|| unreadable("not a MIME message: no header section"))?;
     let (ctype, subtype) = message
         .content_type()
@@ -363,6 +368,23 @@ fn recipients_of(message: &Message<'_>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    /// Found by the fuzz target `feedback_report`: a malformed multipart
+    /// report that trips a debug assertion inside mail-parser 0.11.9. It is
+    /// read as unreadable (quarantined) or as a report, never a panic.
+    #[test]
+    fn a_report_that_trips_the_mime_parser_is_not_a_panic() {
+        for raw in [
+            &include_bytes!(
+                "../../../fuzz/corpus/feedback_report/regression_mime_parser_assertion_1"
+            )[..],
+            &include_bytes!(
+                "../../../fuzz/corpus/feedback_report/regression_mime_parser_assertion_2"
+            )[..],
+        ] {
+            let _ = super::parse(raw);
+        }
+    }
+
     use super::*;
 
     #[test]

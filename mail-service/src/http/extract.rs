@@ -266,10 +266,21 @@ fn read_query(parts: &Parts, slots: &mut [(&str, &mut Option<String>)]) -> Resul
     for (name, value) in pairs {
         let Some((_, slot)) = slots.iter_mut().find(|(known, _)| *known == name) else {
             let allowed: Vec<&str> = slots.iter().map(|(known, _)| *known).collect();
-            return Err(Error::validation(
-                name,
-                format!("unknown query parameter (allowed: {})", allowed.join(", ")),
-            ));
+            let allowed = allowed.join(", ");
+            // A parameter without a name (`?=x`) is named by the query
+            // (found by the fuzz target `log_cursor`: the refusal named an
+            // empty field).
+            return Err(if name.is_empty() {
+                Error::validation(
+                    "query",
+                    format!("has a parameter without a name (allowed: {allowed})"),
+                )
+            } else {
+                Error::validation(
+                    name,
+                    format!("unknown query parameter (allowed: {allowed})"),
+                )
+            });
         };
         **slot = Some(value);
     }
@@ -315,5 +326,27 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         let value = serde_json::from_slice(&bytes)
             .map_err(|e| Error::validation("body", format!("must be valid JSON ({e})")))?;
         Ok(JsonBody(value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the fuzz target `log_cursor`: `?=x` was refused naming an
+    /// empty field.
+    #[test]
+    fn a_query_parameter_without_a_name_is_refused_naming_the_query() {
+        let (parts, ()) = axum::http::Request::builder()
+            .uri("/logs?limit=2&=x")
+            .body(())
+            .unwrap()
+            .into_parts();
+        let mut limit = None;
+        let error = read_query(&parts, &mut [("limit", &mut limit)]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "query: has a parameter without a name (allowed: limit)"
+        );
     }
 }

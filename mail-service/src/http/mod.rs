@@ -5,7 +5,7 @@
 mod analytics;
 mod domains;
 pub mod error;
-mod extract;
+pub mod extract;
 mod handlers;
 mod health;
 pub mod openapi;

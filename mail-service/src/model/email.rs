@@ -184,6 +184,30 @@ pub fn validate_batch_item(body: &Value) -> Result<ValidatedEmail, Error> {
     validate(body, false)
 }
 
+/// The items of a `POST /emails/batch` body: a JSON array of 1 to
+/// [`MAX_BATCH`] values (each then checked by [`validate_batch_item`]).
+pub fn batch_items(body: &Value) -> Result<&[Value], Error> {
+    let Value::Array(items) = body else {
+        return Err(Error::validation(
+            "body",
+            format!("must be a JSON array of 1 to {MAX_BATCH} emails"),
+        ));
+    };
+    if items.is_empty() {
+        return Err(Error::validation("body", "must contain at least 1 email"));
+    }
+    if items.len() > MAX_BATCH {
+        return Err(Error::validation(
+            "body",
+            format!(
+                "must contain at most {MAX_BATCH} emails (got {})",
+                items.len()
+            ),
+        ));
+    }
+    Ok(items)
+}
+
 fn validate(body: &Value, allow_attachments: bool) -> Result<ValidatedEmail, Error> {
     let Value::Object(obj) = body else {
         return Err(Error::validation("body", "must be a JSON object"));
@@ -191,13 +215,17 @@ fn validate(body: &Value, allow_attachments: bool) -> Result<ValidatedEmail, Err
     for key in obj.keys() {
         let known =
             MESSAGE_FIELDS.contains(&key.as_str()) || (allow_attachments && key == "attachments");
+        if key == "attachments" && !known {
+            return Err(Error::validation(
+                key.clone(),
+                "is not allowed in batch items",
+            ));
+        }
         if !known {
-            let rule = if key == "attachments" {
-                "is not allowed in batch items"
-            } else {
-                "unknown property (additional properties are not allowed)"
-            };
-            return Err(Error::validation(key.clone(), rule));
+            return Err(Error::unknown_property(
+                key,
+                "additional properties are not allowed",
+            ));
         }
     }
 
@@ -517,6 +545,18 @@ mod tests {
 
     fn base() -> Value {
         json!({"from": "Acme <a@acme.test>", "to": "b@example.test", "subject": "hi", "text": "x"})
+    }
+
+    #[test]
+    fn a_property_with_an_empty_name_is_refused_naming_the_body() {
+        let mut body = base();
+        body[""] = json!(1);
+        for error in [validate_email(&body), validate_batch_item(&body)].map(Result::unwrap_err) {
+            assert_eq!(
+                error.to_string(),
+                "body: has a property with an empty name (additional properties are not allowed)"
+            );
+        }
     }
 
     #[test]

@@ -19,6 +19,50 @@ pub struct LogQuery {
     pub status: Option<String>,
 }
 
+/// A `GET /logs` query that passed its checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedLogQuery {
+    pub page: PageRequest,
+    /// One of [`LOG_METHODS`].
+    pub method: Option<String>,
+    /// An HTTP status (100 to 599), or 0 for an unfinished request.
+    pub status: Option<i64>,
+}
+
+impl LogQuery {
+    /// Checks every parameter; the error names the first wrong one.
+    pub fn check(&self) -> Result<CheckedLogQuery, Error> {
+        let page = PageRequest::parse("logs", self.limit.as_deref(), self.cursor.as_deref())?;
+        let method = match &self.method {
+            None => None,
+            Some(m) if LOG_METHODS.contains(&m.as_str()) => Some(m.clone()),
+            Some(_) => {
+                return Err(Error::validation(
+                    "method",
+                    format!("must be one of {}", LOG_METHODS.join(", ")),
+                ));
+            }
+        };
+        let status = match &self.status {
+            None => None,
+            Some(raw) => match raw.parse::<i64>() {
+                Ok(s) if s == 0 || (100..=599).contains(&s) => Some(s),
+                _ => {
+                    return Err(Error::validation(
+                        "status",
+                        "must be an HTTP status (100 to 599) or 0 for an unfinished request",
+                    ));
+                }
+            },
+        };
+        Ok(CheckedLogQuery {
+            page,
+            method,
+            status,
+        })
+    }
+}
+
 impl MailService {
     pub async fn log_finished(
         &self,
@@ -36,29 +80,11 @@ impl MailService {
         caller: &Caller,
         query: &LogQuery,
     ) -> Result<Page<RequestLog>, Error> {
-        let page = PageRequest::parse("logs", query.limit.as_deref(), query.cursor.as_deref())?;
-        let method = match &query.method {
-            None => None,
-            Some(m) if LOG_METHODS.contains(&m.as_str()) => Some(m.clone()),
-            Some(_) => {
-                return Err(Error::validation(
-                    "method",
-                    format!("must be one of {}", LOG_METHODS.join(", ")),
-                ));
-            }
-        };
-        let status = match &query.status {
-            None => None,
-            Some(raw) => match raw.parse::<i64>() {
-                Ok(s) if s == 0 || (100..=599).contains(&s) => Some(s),
-                _ => {
-                    return Err(Error::validation(
-                        "status",
-                        "must be an HTTP status (100 to 599) or 0 for an unfinished request",
-                    ));
-                }
-            },
-        };
+        let CheckedLogQuery {
+            page,
+            method,
+            status,
+        } = query.check()?;
         let rows = self
             .store
             .list_logs(

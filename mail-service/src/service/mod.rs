@@ -43,7 +43,7 @@ pub use auth::{Begun, Incoming, KEY_PREFIX, RateStatus, hash_key};
 pub use dns::{DnsProtocol, DnsSettings};
 pub use domains::DomainQuery;
 pub use feedback::{AppliedEvent, FeedbackSource, Ingested};
-pub use logs::{LOG_METHODS, LogQuery};
+pub use logs::{CheckedLogQuery, LOG_METHODS, LogQuery};
 pub use metrics::{EmailMetrics, METRICS, MetricsQuery};
 pub use page::{MAX_CURSOR_CHARS, MAX_PAGE_LIMIT, Page, PageRequest};
 pub use schedule::{Canceled, EmailQuery, IfMatch, Rescheduled};
@@ -192,9 +192,9 @@ fn body_object<'a>(
         return Err(Error::validation("body", "must be a JSON object"));
     };
     if let Some(unknown) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(Error::validation(
-            unknown.clone(),
-            format!("unknown property (allowed: {})", allowed.join(", ")),
+        return Err(Error::unknown_property(
+            unknown,
+            &format!("allowed: {}", allowed.join(", ")),
         ));
     }
     Ok(obj)

@@ -143,9 +143,9 @@ impl MailService {
             ));
         };
         if let Some(other) = fields.keys().find(|k| *k != "scheduled_at") {
-            return Err(Error::validation(
-                other.clone(),
-                "unknown property (only scheduled_at can be changed)",
+            return Err(Error::unknown_property(
+                other,
+                "only scheduled_at can be changed",
             ));
         }
         let at = match fields.get("scheduled_at") {

@@ -6,7 +6,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
-use crate::model::{self, EmailStatus, KeyState, MAX_BATCH, StoredEmail, ValidatedEmail};
+use crate::model::{self, EmailStatus, KeyState, StoredEmail, ValidatedEmail};
 use crate::store::{DkimKey, EmailUpdate, KeyRecord, KeyRef, NewEmail, Reservation, Reserved};
 use crate::transport::{self, Handoff};
 
@@ -291,24 +291,7 @@ impl MailService {
         body: &Value,
         validation: BatchValidation,
     ) -> Result<BatchSent, Error> {
-        let Value::Array(items) = body else {
-            return Err(Error::validation(
-                "body",
-                format!("must be a JSON array of 1 to {MAX_BATCH} emails"),
-            ));
-        };
-        if items.is_empty() {
-            return Err(Error::validation("body", "must contain at least 1 email"));
-        }
-        if items.len() > MAX_BATCH {
-            return Err(Error::validation(
-                "body",
-                format!(
-                    "must contain at most {MAX_BATCH} emails (got {})",
-                    items.len()
-                ),
-            ));
-        }
+        let items = model::batch_items(body)?;
         let now = self.clock.now_ms();
         let mut valid: Vec<(usize, ValidatedEmail, DkimKey)> = Vec::new();
         let mut errors = Vec::new();
