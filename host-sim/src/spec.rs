@@ -234,22 +234,19 @@ pub fn check(validator: &jsonschema::Validator, value: &Value, what: &str) -> Re
 mod tests {
     use super::*;
 
-    /// Found by the fuzz target `action_input`: the rule quotes unexpected
-    /// property names, and a long one in a non-Latin script was cut inside
-    /// a character (a panic instead of a refusal).
+    /// Found by the fuzz target `action_input`: the rule quotes property
+    /// names, and a long one in a non-Latin script was cut inside a
+    /// character (a panic instead of a refusal).
     #[test]
     fn a_long_rule_is_cut_at_a_character_boundary() {
-        let schema = serde_json::json!({"type": "object", "additionalProperties": false});
-        let validator = compile_schema(&schema, &Value::Null).unwrap();
         for name in ["é".repeat(200), format!("x{}", "語".repeat(150))] {
-            let input = serde_json::json!({ name: 1 });
-            let message = check(&validator, &input, "input").unwrap_err();
+            let schema = serde_json::json!({"type": "object", "required": [name]});
+            let validator = compile_schema(&schema, &Value::Null).unwrap();
+            let message = check(&validator, &serde_json::json!({}), "input").unwrap_err();
             let (location, rule) = message.split_once(": ").unwrap();
             assert_eq!(location, "input");
-            assert!(
-                rule.starts_with("Additional properties are not allowed"),
-                "{rule}"
-            );
+            let first = name.chars().next().unwrap();
+            assert!(rule.starts_with(&format!("\"{first}")), "{rule}");
             assert!(rule.ends_with('…'), "{rule}");
             assert!(
                 rule.len() <= MAX_RULE_BYTES + '…'.len_utf8(),
