@@ -23,7 +23,9 @@
 //! background load falls on both alike; per route it prints the ratio
 //! on/off of the throughput over all slices and of the servers' CPU time
 //! per request (from `/proc/<pid>/stat`, which background load does not
-//! inflate as it does wall time).
+//! inflate as it does wall time). A server process keeps a speed of its
+//! own for its life, so the slices are spread over `API_LOAD_EPOCHS`
+//! (default 3) fresh pairs of processes.
 //!
 //! `cargo bench -p workspace-tests --bench api_load`
 //! (`API_LOAD_SECONDS`, `API_LOAD_CONNECTIONS` change the defaults 10 and 16.)
@@ -266,8 +268,7 @@ fn main() {
     }
     let seconds = env_number("API_LOAD_SECONDS", 10);
     let connections = env_number("API_LOAD_CONNECTIONS", 16);
-    let off = Child::start("metrics-off");
-    let on = Child::start("metrics-on");
+    let epochs = env_number("API_LOAD_EPOCHS", 3).max(1);
 
     let platform = Platform::start("load-shop", "load-provider-secret", Duration::from_secs(5));
     let served = platform.serve();
@@ -299,43 +300,66 @@ fn main() {
         ));
     }
     // Each API route: off and on in alternating 2-second slices, `seconds`
-    // in all per variant, the order swapped every pair.
+    // in all per variant, the order swapped every pair. A server process
+    // keeps a speed of its own for its life (where its memory landed, which
+    // core it favours: ±4 % between two starts of the same build), so the
+    // slices are spread over `epochs` fresh pairs of processes.
     let slice = 2.min(seconds).max(1);
-    let pairs = (seconds / slice).max(2);
-    let mut ratios = Vec::new();
-    for (route, url_of) in [
-        (
-            "GET /configuration",
-            (|r: &Routes| r.configuration.clone()) as fn(&Routes) -> String,
-        ),
-        ("GET /stats (unit=day, 7 days)", |r: &Routes| {
-            r.stats.clone()
-        }),
-    ] {
-        let (mut without, mut with) = (Vec::new(), Vec::new());
-        let mut cpu = [0.0f64; 2];
-        for pair in 0..pairs {
-            for metrics_on in [pair % 2 == 1, pair % 2 == 0] {
-                let server = if metrics_on { &on } else { &off };
-                let label = format!("{route}, metrics {}", if metrics_on { "on" } else { "off" });
-                let headers = [("Authorization", server.routes.bearer.clone())];
-                let cpu_before = server.cpu_seconds();
-                let figures = wrk(
-                    &label,
-                    &url_of(&server.routes),
-                    &headers,
-                    slice,
-                    connections,
-                );
-                cpu[usize::from(metrics_on)] += server.cpu_seconds() - cpu_before;
-                if metrics_on {
-                    with.push(figures);
-                } else {
-                    without.push(figures);
+    let pairs = (seconds / slice / epochs).max(1) * epochs;
+    let routes: [(&str, fn(&Routes) -> String); 2] = [
+        ("GET /configuration", |r| r.configuration.clone()),
+        ("GET /stats (unit=day, 7 days)", |r| r.stats.clone()),
+    ];
+    // Per route: the slices off and on, and the servers' CPU seconds.
+    let mut measured: Vec<(Vec<Figures>, Vec<Figures>, [f64; 2])> = routes
+        .iter()
+        .map(|_| (Vec::new(), Vec::new(), [0.0; 2]))
+        .collect();
+    let mut recorded = Vec::new();
+    for epoch in 0..epochs {
+        eprintln!("… epoch {} of {epochs}: two fresh servers", epoch + 1);
+        let off = Child::start("metrics-off");
+        let on = Child::start("metrics-on");
+        for ((route, url_of), (without, with, cpu)) in routes.iter().zip(&mut measured) {
+            for pair in 0..pairs / epochs {
+                for metrics_on in [pair % 2 == 1, pair % 2 == 0] {
+                    let server = if metrics_on { &on } else { &off };
+                    let label =
+                        format!("{route}, metrics {}", if metrics_on { "on" } else { "off" });
+                    let headers = [("Authorization", server.routes.bearer.clone())];
+                    let cpu_before = server.cpu_seconds();
+                    let figures = wrk(
+                        &label,
+                        &url_of(&server.routes),
+                        &headers,
+                        slice,
+                        connections,
+                    );
+                    cpu[usize::from(metrics_on)] += server.cpu_seconds() - cpu_before;
+                    if metrics_on {
+                        with.push(figures);
+                    } else {
+                        without.push(figures);
+                    }
                 }
             }
         }
-        let (without, with) = (merge(&without), merge(&with));
+        // What the metrics-on server recorded (and that it did record).
+        let exposition = reqwest::blocking::get(format!("http://{}/metrics", on.metrics))
+            .and_then(|r| r.text())
+            .expect("the metrics-on server's /metrics");
+        recorded = exposition
+            .lines()
+            .filter(|l| l.starts_with("host_sim_invocations_total{"))
+            .map(str::to_string)
+            .collect();
+        assert!(!recorded.is_empty(), "metrics were not on:\n{exposition}");
+        off.stop();
+        on.stop();
+    }
+    let mut ratios = Vec::new();
+    for ((route, _), (without, with, cpu)) in routes.iter().zip(&measured) {
+        let (without, with) = (merge(without), merge(with));
         let cpu_per_request = |cpu: f64, figures: &Figures| cpu * 1e6 / figures.requests as f64;
         let (cpu_off, cpu_on) = (
             cpu_per_request(cpu[0], &without),
@@ -350,22 +374,11 @@ fn main() {
         results.push((format!("{route}, metrics off"), without));
         results.push((format!("{route}, metrics on"), with));
     }
-    // What the metrics-on server recorded (and that it did record).
-    let exposition = reqwest::blocking::get(format!("http://{}/metrics", on.metrics))
-        .and_then(|r| r.text())
-        .expect("the metrics-on server's /metrics");
-    let recorded: Vec<&str> = exposition
-        .lines()
-        .filter(|l| l.starts_with("host_sim_invocations_total{"))
-        .collect();
-    assert!(!recorded.is_empty(), "metrics were not on:\n{exposition}");
-    off.stop();
-    on.stop();
 
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "api_load: wrk from a second process, {connections} connections, 2 threads, {seconds} s per baseline, {pairs} slices of {slice} s per route and variant, loopback"
+        "api_load: wrk from a second process, {connections} connections, 2 threads, {seconds} s per baseline, {pairs} slices of {slice} s per route and variant over {epochs} pairs of server processes, loopback"
     );
     let _ = writeln!(out, "| route | requests/s | p50 | p99 |");
     let _ = writeln!(out, "|---|---|---|---|");
@@ -394,6 +407,6 @@ fn main() {
         );
     }
     for line in recorded {
-        let _ = writeln!(out, "recorded by the metrics-on server: {line}");
+        let _ = writeln!(out, "recorded by the last metrics-on server: {line}");
     }
 }
