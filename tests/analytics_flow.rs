@@ -12,8 +12,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::Barrier;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use host_sim::serve::http_status;
@@ -21,8 +20,6 @@ use host_sim::{AuthStyle, Invocation, Secret};
 use managed_analytics::website_id::website_id;
 use serde_json::{Value, json};
 use support::{EXTENSION, Platform};
-use tracing_subscriber::filter::{LevelFilter, Targets};
-use tracing_subscriber::prelude::*;
 use umami_fake::{Fault, ResponseShape};
 use uuid::Uuid;
 
@@ -38,44 +35,14 @@ const CURL: &str = "curl/8.14.1";
 
 // ---- the host's log, captured for the whole test process -----------------
 
-#[derive(Clone, Default)]
-struct LogBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogBuffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-static LOG: OnceLock<LogBuffer> = OnceLock::new();
-
-/// Every log line of this test process so far: host-sim's, the guest's, the
-/// HTTP stack's (`log` records included), at every level. Only the code
-/// generator's tracing of its own passes is left out.
+/// Every log line of this test process: everything at trace but the
+/// compiler's (cranelift, regalloc2, wasmtime, wasmparser, wit-*), which
+/// stays at info.
 fn captured_logs() -> String {
-    let buffer = LOG.get_or_init(|| {
-        let buffer = LogBuffer::default();
-        let writer = buffer.clone();
-        let compiler = ["cranelift", "regalloc2", "wasmtime", "wasmparser", "wit_"];
-        let filter = compiler.iter().fold(
-            Targets::new().with_default(LevelFilter::TRACE),
-            |filter, target| filter.with_target(*target, LevelFilter::INFO),
-        );
-        tracing_subscriber::fmt()
-            .with_max_level(LevelFilter::TRACE)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish()
-            .with(filter)
-            .try_init()
-            .expect("the only subscriber of this test process");
-        buffer
-    });
-    String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned()
+    log_capture::capture(
+        "trace,cranelift=info,regalloc2=info,wasmtime=info,wasmparser=info,wit_=info",
+    );
+    log_capture::captured()
 }
 
 // ---- the flows' vocabulary ---------------------------------------------------

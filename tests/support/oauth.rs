@@ -4,8 +4,6 @@
 //! the token endpoint, and JSON-RPC posts to `/mcp`.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use host_sim::serve::ServeOptions;
@@ -356,45 +354,17 @@ pub const PROVISION: &str = "plugin__managed_analytics__provision";
 
 // ---- the log of this test process -----------------------------------------
 
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-static LOG: OnceLock<Buffer> = OnceLock::new();
-
 /// Every log line of the process, at trace for the host and the HTTP
 /// stacks on both sides.
 pub fn log() {
-    LOG.get_or_init(|| {
-        use tracing_subscriber::util::SubscriberInitExt;
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(
-                "info,host_sim=trace,tower_http=trace,axum=trace,rmcp=trace,hyper=trace,hyper_util=trace,reqwest=trace",
-            ))
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish()
-            .try_init()
-            .expect("one global subscriber");
-        buffer
-    });
+    log_capture::capture(
+        "info,host_sim=trace,tower_http=trace,axum=trace,rmcp=trace,hyper=trace,hyper_util=trace,reqwest=trace",
+    );
 }
 
 pub fn logged() -> String {
     log();
-    let buffer = LOG.get().expect("the log is captured");
-    String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned()
+    log_capture::captured()
 }
 
 // ---- a platform with a person who has two projects -------------------------

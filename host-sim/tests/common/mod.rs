@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use extension_release::{PublisherKey, write_release};
@@ -35,45 +35,19 @@ pub fn guest_component() -> Vec<u8> {
 
 // ---- captured host log ---------------------------------------------------
 
-#[derive(Clone, Default)]
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-static LOG: OnceLock<Buffer> = OnceLock::new();
-
-/// Captures every log line of this test process (all levels).
+/// Captures every log line of this test process: everything of the host
+/// and of the HTTP client (whose `log` records are captured too); the
+/// compiler's trace is left out.
 pub fn capture_logs() {
-    LOG.get_or_init(|| {
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        // Everything of the host and of the HTTP client (whose `log`
-        // records are captured too); the compiler's trace is left out.
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(
-                "info,host_sim=trace,reqwest=trace,hyper=trace,hyper_util=trace,rustls=trace",
-            ))
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish()
-            .try_init()
-            .expect("one global subscriber");
-        buffer
-    });
+    log_capture::capture(
+        "info,host_sim=trace,reqwest=trace,hyper=trace,hyper_util=trace,rustls=trace",
+    );
 }
 
 /// Everything logged so far in this test process.
 pub fn logs() -> String {
     capture_logs();
-    String::from_utf8_lossy(&LOG.get().unwrap().0.lock().unwrap()).into_owned()
+    log_capture::captured()
 }
 
 // ---- host over a temporary state directory --------------------------------
