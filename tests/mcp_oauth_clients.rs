@@ -253,6 +253,16 @@ fn rmcps_oauth_client_connects_lists_tools_calls_stats_and_refreshes() {
     let s = setup(options);
     let base = s.served.base_url.clone();
     let mcp_url = format!("{base}/mcp");
+    // The project has its website before the client calls stats. A host
+    // invocation blocks (its binding calls run on their own runtime), so it
+    // runs here, outside the test's async runtime.
+    s.platform
+        .invoke(
+            "analytics.provision",
+            json!({"name": "Shop", "domain": "shop.example"}),
+        )
+        .result
+        .expect("provisioned");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -294,13 +304,6 @@ fn rmcps_oauth_client_connects_lists_tools_calls_stats_and_refreshes() {
         let Value::Object(arguments) = week() else {
             unreachable!()
         };
-        s.platform
-            .invoke(
-                "analytics.provision",
-                json!({"name": "Shop", "domain": "shop.example"}),
-            )
-            .result
-            .expect("provisioned");
         let stats = service
             .call_tool(CallToolRequestParams::new(STATS).with_arguments(arguments.clone()))
             .await
