@@ -15,22 +15,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use soak_fixture::{Sample, Soak, open_fds, percentile, rss_kib};
+use soak_fixture::{Sample, Soak, length_and_interval, open_fds, percentile, rss_kib};
 use support::Platform;
-
-/// `SOAK_SECS` (60 s by default, at least 12 s), sampled every minute from
-/// 12 minutes on, else twelve times.
-fn length_and_interval() -> (Duration, Duration) {
-    let secs = std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok());
-    let length = Duration::from_secs(secs.unwrap_or(60_u64).max(12));
-    (length, (length / 12).min(Duration::from_secs(60)))
-}
 
 #[test]
 fn steady_configuration_reads_keep_memory_and_descriptors_flat() {
     let (length, interval) = length_and_interval();
     let platform = Platform::start("soak-shop", "soak-provider-secret", Duration::from_secs(2));
     let served = platform.serve();
+    // The project has its website, so `/configuration` answers 200.
+    platform
+        .invoke(
+            "analytics.provision",
+            serde_json::json!({"name": "Soak Shop", "domain": "soak.example.com"}),
+        )
+        .result
+        .expect("provisioned");
     let url = format!("{}/configuration", platform.api_base(&served));
     let latencies: Arc<Mutex<Vec<u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));

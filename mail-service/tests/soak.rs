@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::{Backend, ServerProcess, TestDb, email, http_client};
 use serde_json::json;
-use soak_fixture::{Sample, Soak, open_fds, percentile, rss_kib};
+use soak_fixture::{Sample, Soak, length_and_interval, open_fds, percentile, rss_kib};
 
 /// The checkpoint thread truncates the WAL past 64 MiB; between two of
 /// its looks (100 ms) a group commit adds little.
@@ -40,14 +40,6 @@ fn rate() -> u32 {
 
 fn bytes(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
-}
-
-/// `SOAK_SECS` (60 s by default, at least 12 s), sampled every minute from
-/// 12 minutes on, else twelve times.
-fn length_and_interval() -> (Duration, Duration) {
-    let secs = std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok());
-    let length = Duration::from_secs(secs.unwrap_or(60_u64).max(12));
-    (length, (length / 12).min(Duration::from_secs(60)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

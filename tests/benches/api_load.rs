@@ -305,7 +305,8 @@ fn main() {
     // core it favours: ±4 % between two starts of the same build), so the
     // slices are spread over `epochs` fresh pairs of processes.
     let slice = 2.min(seconds).max(1);
-    let pairs = (seconds / slice / epochs).max(1) * epochs;
+    let pairs_per_epoch = (seconds / slice / epochs).max(1);
+    let pairs = pairs_per_epoch * epochs;
     let routes: [(&str, fn(&Routes) -> String); 2] = [
         ("GET /configuration", |r| r.configuration.clone()),
         ("GET /stats (unit=day, 7 days)", |r| r.stats.clone()),
@@ -321,7 +322,7 @@ fn main() {
         let off = Child::start("metrics-off");
         let on = Child::start("metrics-on");
         for ((route, url_of), (without, with, cpu)) in routes.iter().zip(&mut measured) {
-            for pair in 0..pairs / epochs {
+            for pair in 0..pairs_per_epoch {
                 for metrics_on in [pair % 2 == 1, pair % 2 == 0] {
                     let server = if metrics_on { &on } else { &off };
                     let label =

@@ -23,7 +23,6 @@ use host_sim::{
     AuthStyle, Caller, Host, HostConfig, Invocation, InvokeRequest, SandboxLimits, Secret,
 };
 use serde_json::Value;
-use tracing_subscriber::util::SubscriberInitExt;
 
 pub const EXTENSION: &str = "test-extension";
 pub const MANIFEST: &str = include_str!("../../test-extension/manifest.toml");

@@ -6,6 +6,15 @@
 
 use std::time::Duration;
 
+/// A soak's length and sampling interval: `SOAK_SECS` seconds (what
+/// `cargo xtask soak --minutes N` sets; 60 by default, at least 12), a
+/// sample every twelfth of it and at least once a minute.
+pub fn length_and_interval() -> (Duration, Duration) {
+    let secs = std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok());
+    let length = Duration::from_secs(secs.unwrap_or(60_u64).max(12));
+    (length, (length / 12).min(Duration::from_secs(60)))
+}
+
 /// Anonymous resident memory of process `pid` in KiB (`RssAnon`: the
 /// heap, stacks, anonymous maps; not the file pages of a memory-mapped
 /// database, which the kernel may drop at will), 0 when unreadable.
