@@ -206,6 +206,22 @@ pub(super) fn page(status: StatusCode, title: &str, body: &str) -> Response {
     response
 }
 
+/// Lets the forms of page `response` lead to `target` as well as to the
+/// console: the consent page's decision answers with a redirect to the
+/// client, and browsers hold a form's redirects to `form-action` too.
+/// `target` is a CSP source expression (an origin or a scheme).
+pub(super) fn allow_form_target(response: &mut Response, target: &str) {
+    let policy = PAGE_CSP.replace(
+        "form-action 'self'",
+        &format!("form-action 'self' {target}"),
+    );
+    if let Ok(value) = HeaderValue::from_str(&policy) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, value);
+    }
+}
+
 pub(super) fn escape(text: &str) -> String {
     html_escape::encode_double_quoted_attribute(text).into_owned()
 }

@@ -22,7 +22,9 @@ use axum::routing::{get, post};
 use rand::RngCore;
 
 use super::super::Shared;
-use super::super::console::{escape, header_bar, page, same_origin, sign_in_page_to};
+use super::super::console::{
+    allow_form_target, escape, header_bar, page, same_origin, sign_in_page_to,
+};
 use super::{issuer, mcp_resource};
 use crate::host::{
     Approval, Caller, OAuthClient, OAuthError, check_challenge, is_metadata_document_id,
@@ -347,7 +349,22 @@ async fn consent_page(
         client_id = escape(&pending.client.client_id),
         request = shared.oauth.pending.insert(pending.clone()),
     );
-    page(StatusCode::OK, &title, &body)
+    let mut response = page(StatusCode::OK, &title, &body);
+    if let Some(target) = form_target(&pending.redirect_uri) {
+        allow_form_target(&mut response, &target);
+    }
+    response
+}
+
+/// The CSP source of a redirect URI: its origin, or its scheme for a
+/// private-use one (`com.example.app:/callback`). Both are made of URL
+/// characters only, never of the URI's path or query.
+fn form_target(redirect_uri: &str) -> Option<String> {
+    let url = url::Url::parse(redirect_uri).ok()?;
+    match url.origin() {
+        origin @ url::Origin::Tuple(..) => Some(origin.ascii_serialization()),
+        url::Origin::Opaque(_) => Some(format!("{}:", url.scheme())),
+    }
 }
 
 /// `POST /console/authorize`: the person's decision.
@@ -544,5 +561,27 @@ async fn disconnect(
             &OAuthError::new("invalid_request", "you have no such connected app"),
         ),
         Err(error) => refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::form_target;
+
+    #[test]
+    fn a_redirect_uri_becomes_its_origin_or_its_scheme_for_the_page_policy() {
+        assert_eq!(
+            form_target("http://127.0.0.1:33418/callback?x=1").as_deref(),
+            Some("http://127.0.0.1:33418")
+        );
+        assert_eq!(
+            form_target("https://app.example/oauth/cb").as_deref(),
+            Some("https://app.example")
+        );
+        assert_eq!(
+            form_target("com.example.app:/callback").as_deref(),
+            Some("com.example.app:")
+        );
+        assert_eq!(form_target("not a uri"), None);
     }
 }
