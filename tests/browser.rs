@@ -8,7 +8,9 @@
 //! page view; and (`tests/browser/accessibility.spec.mjs`) the same customer
 //! flow with the keyboard only, audited by axe-core on every console page and
 //! panel state, with the panel's iframe sized to its content at three widths
-//! (screenshots in `target/browser/panel-<width>.png`).
+//! (screenshots in `target/browser/panel-<width>.png`); and
+//! (`tests/browser/oauth_consent.spec.mjs`) a person authorizes an MCP
+//! client on the consent page and disconnects it in "Connected apps".
 //!
 //! Needs `node`, `/usr/bin/chromium` (or `$CHROMIUM`) and
 //! `tests/browser/node_modules/{playwright-core,axe-core}`. `.ci/run`
@@ -234,6 +236,46 @@ fn the_customer_flow_works_by_keyboard_passes_axe_and_the_panel_fits_its_frame()
         let png_width = u32::from_be_bytes(png[16..20].try_into().unwrap());
         assert_eq!(png_width, width, "{}", shot(width).display());
     }
+}
+
+// ---- an MCP client's consent and Connected apps ---------------------------
+
+#[test]
+fn a_person_authorizes_an_mcp_client_on_the_consent_page_and_disconnects_it() {
+    let root = workspace_root();
+    let browser_dir = root.join("tests/browser");
+    if !browser_tools_present(&browser_dir) {
+        return;
+    }
+    // A person with two projects, `shop` and `blog`.
+    let setup = support::oauth::default_setup();
+    let (status, stdout, stderr) = run_with_limit(
+        Command::new("node")
+            .arg(browser_dir.join("oauth_consent.spec.mjs"))
+            .current_dir(root)
+            .env("BASE_URL", &setup.served.base_url)
+            .env("TOKEN", &setup.person)
+            .env("PROJECT", "shop")
+            .env("OTHER_PROJECT", "blog")
+            .env("CHROMIUM", chromium()),
+        NODE_LIMIT,
+    );
+    println!("---- node tests/browser/oauth_consent.spec.mjs ----\n{stdout}{stderr}");
+    assert_eq!(
+        status,
+        Some(0),
+        "the consent browser test failed (exit {status:?}, None = killed after {NODE_LIMIT:?}):\n{stderr}"
+    );
+    // What the browser did is what the host holds: no app is left connected.
+    let person = host_sim::Caller::bearer(setup.person.as_str());
+    assert!(
+        setup
+            .platform
+            .host
+            .connected_apps(&person)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 // ---- the tracking domain ----------------------------------------------------
