@@ -101,20 +101,25 @@ fn literal_target(url: &url::Url) -> Option<IpAddr> {
     }
 }
 
-/// `inet_aton`: one to four parts, each decimal, octal (leading 0) or hex
-/// (0x); the last part fills the remaining bytes.
+/// `inet_aton` as glibc reads a name: one to four parts, each decimal,
+/// octal (leading 0) or hex (0x) digits only (no sign: `from_str_radix`
+/// takes a leading `+`, glibc's `strtoul` stops at it and the name is no
+/// address); the last part fills the remaining bytes.
 fn inet_aton(name: &str) -> Option<Ipv4Addr> {
+    let digits = |text: &str, radix: u32| {
+        (!text.is_empty() && text.chars().all(|c| c.is_digit(radix)))
+            .then(|| u64::from_str_radix(text, radix).ok())
+            .flatten()
+    };
     let parts: Vec<u64> = name
         .split('.')
         .map(|part| {
             if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
-                u64::from_str_radix(hex, 16).ok()
+                digits(hex, 16)
             } else if part.len() > 1 && part.starts_with('0') {
-                u64::from_str_radix(&part[1..], 8).ok()
-            } else if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
-                part.parse().ok()
+                digits(&part[1..], 8)
             } else {
-                None
+                digits(part, 10)
             }
         })
         .collect::<Option<_>>()?;
@@ -179,5 +184,25 @@ fn written(address: IpAddr, form: u8) -> String {
         13 => format!("0x{a:02x}.0x{b:02x}.0x{c:02x}.0x{d:02x}"),
         14 => format!("[::{v4}]"),
         _ => format!("{v4}.:443"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inet_aton;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn inet_aton_reads_what_glibc_reads_and_no_signed_part() {
+        assert_eq!(inet_aton("0x7f.1"), Some(Ipv4Addr::new(127, 0, 0, 1)));
+        assert_eq!(inet_aton("017700000001"), Some(Ipv4Addr::new(127, 0, 0, 1)));
+        assert_eq!(inet_aton("10.0.513"), Some(Ipv4Addr::new(10, 0, 2, 1)));
+        // Found by `cargo xtask fuzz --smoke` (webhook_url): the model read
+        // `0x+A2` as 0.0.0.162 because `from_str_radix` takes a sign; glibc
+        // does not, so the name goes to DNS like any other.
+        assert_eq!(inet_aton("0x+A2"), None);
+        assert_eq!(inet_aton("0+7.1"), None);
+        assert_eq!(inet_aton("+1"), None);
+        assert_eq!(inet_aton("0x"), None);
     }
 }
