@@ -4,12 +4,12 @@
 //! host-call flood, oversized output, ungranted binding), one for every
 //! ten normal invocations. Checked: every hostile call ends with its
 //! documented error within its limit, every normal call succeeds, no more
-//! pool slots are held after the storm than after calm traffic; resident
-//! memory against its level before the storm and the normal calls' p99
-//! beside the storm against a run without it are printed, and are
-//! failures of `cargo xtask chaos` (which sets `CHAOS_SECS`), not of the
-//! ordinary suite (no timed assertions there; the memory one is not met
-//! yet, see the end of the test).
+//! pool slots are held after the storm than after calm traffic, resident
+//! memory is back within 64 MiB of its level before. The normal calls' p99
+//! beside the storm against a run with an ordinary third client (see
+//! [`phase`]) is printed, and is a failure of `cargo xtask chaos` (which
+//! sets `CHAOS_SECS`), not of the ordinary suite (no timed assertions
+//! there).
 //!
 //! `cargo xtask chaos --minutes N` runs each phase for N minutes / 2; the
 //! ordinary suite for `CHAOS_SECS` / 2 (10 s by default).
@@ -80,8 +80,12 @@ struct Phase {
     wrong_hostile: Vec<String>,
 }
 
-/// Normal traffic on two threads for `length`, with hostile calls mixed in
-/// when `storm`.
+/// Normal traffic measured on two threads for `length`, and a third client
+/// beside them: hostile calls mixed in at one per [`RATIO`] normal ones
+/// when `storm`, ordinary calls back to back otherwise. So both runs have
+/// three busy clients on the machine's cores, and the storm's p99 against
+/// the calm one's shows what hostility costs the neighbours, not what a
+/// third client costs on a 2-core machine.
 fn phase(env: &TestEnv, token: &str, length: Duration, storm: bool) -> Phase {
     let stop = Arc::new(AtomicBool::new(false));
     let normal_count = Arc::new(AtomicUsize::new(0));
@@ -121,7 +125,13 @@ fn phase(env: &TestEnv, token: &str, length: Duration, storm: bool) -> Phase {
     let started = Instant::now();
     let actions = hostile();
     while started.elapsed() < length {
-        if !storm || normal_count.load(Ordering::Relaxed) < RATIO * (hostile_calls + 1) {
+        if !storm {
+            // The same three busy clients as in the storm, the third one
+            // ordinary: its calls are not measured.
+            let _ = env.invoke(token, "p1", "docs.read_one", json!({}));
+            continue;
+        }
+        if normal_count.load(Ordering::Relaxed) < RATIO * (hostile_calls + 1) {
             std::thread::sleep(Duration::from_millis(2));
             continue;
         }
@@ -257,17 +267,14 @@ fn a_storm_of_hostile_guests_leaves_the_host_serving() {
         slots <= slots_calm,
         "pool slots leaked: {slots_calm} held after the calm run, {slots} after the storm"
     );
-    // Not met today (issue 36): every pooled slot an allocation bomb ran in
-    // keeps the memory it touched resident, up to the memory limit
-    // (`linear_memory_keep_resident(limits.memory_bytes)`), so a storm
-    // leaves up to a limit's worth per slot. The bounded run (`cargo xtask
-    // chaos`, which sets CHAOS_SECS) fails on it until that bound changes;
-    // the suite prints it.
+    // A pooled slot keeps at most `KEEP_RESIDENT_BYTES` (4 MiB) of what its
+    // guest touched (`sandbox/mod.rs`); before, an allocation bomb's slot
+    // kept its whole memory limit resident (74 → 386 MiB in this test).
+    assert!(
+        rss_after <= rss_before + 64 * 1024,
+        "anonymous resident memory grew from {rss_before} to {rss_after} KiB"
+    );
     if strict {
-        assert!(
-            rss_after <= rss_before + 64 * 1024,
-            "anonymous resident memory grew from {rss_before} to {rss_after} KiB"
-        );
         assert!(
             ratio <= 2.0,
             "normal p99 beside the storm is {ratio:.2} times the calm run's"

@@ -24,6 +24,15 @@ use crate::error::{InvokeError, Limit, LimitTrap};
 use crate::limits::SandboxLimits;
 use crate::spec::ExtensionSpec;
 
+/// How much of a pooled slot's linear memory stays resident between
+/// instances (reset in place, the cheap path). A guest that grew past it
+/// has the rest returned to the kernel when its slot is freed, so hostile
+/// guests that fill their memory limit cannot keep slots × limit of the
+/// host's memory resident; an ordinary guest's memory (the analytics
+/// plugin's and the test extension's start at 1 MiB) stays within it and
+/// is reset in place as before.
+const KEEP_RESIDENT_BYTES: usize = 4 << 20;
+
 /// Builds the engine: Cranelift, component model, epoch interruption and
 /// (when `pooled`) the pooling allocator sized by `limits`.
 pub fn engine(limits: &SandboxLimits, pooled: bool) -> wasmtime::Result<Engine> {
@@ -46,7 +55,7 @@ pub fn engine(limits: &SandboxLimits, pooled: bool) -> wasmtime::Result<Engine> 
             .max_memories_per_component(4)
             .max_tables_per_component(16)
             .max_memory_size(limits.memory_bytes)
-            .linear_memory_keep_resident(limits.memory_bytes)
+            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES.min(limits.memory_bytes))
             .table_keep_resident(1 << 20)
             .pagemap_scan(wasmtime::Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
