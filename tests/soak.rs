@@ -1,6 +1,7 @@
 //! The soak of host-sim (issue 36): `host-sim serve`'s router with the
 //! signed analytics release installed, four clients asking
-//! `GET /configuration` back to back, sampled at regular intervals:
+//! `GET /configuration` at a steady rate (`SOAK_RATE`, 100 requests a
+//! second by default, as the mail soak), sampled at regular intervals:
 //! resident memory and open descriptors (of this process: the server runs
 //! in it, beside clients whose own memory does not grow), requests and
 //! their p99. A leak is a slope: it fails when memory or descriptors keep
@@ -15,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use soak_fixture::{Sample, Soak, length_and_interval, open_fds, percentile, rss_kib};
+use soak_fixture::{Sample, Soak, length_and_interval, open_fds, percentile, rate, rss_kib};
 use support::Platform;
 
 #[test]
@@ -34,13 +35,20 @@ fn steady_configuration_reads_keep_memory_and_descriptors_flat() {
     let url = format!("{}/configuration", platform.api_base(&served));
     let latencies: Arc<Mutex<Vec<u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..4)
+    let clients = 4;
+    let period = clients * Duration::from_secs(1) / rate();
+    let clients: Vec<_> = (0..clients)
         .map(|_| {
             let (url, token) = (url.clone(), platform.token.clone());
             let (latencies, stop) = (latencies.clone(), stop.clone());
             std::thread::spawn(move || {
                 let client = reqwest::blocking::Client::new();
+                let mut next = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
+                    // The next request's time; a client that fell behind
+                    // goes on at once, without catching up in a burst.
+                    next = (next + period).max(Instant::now());
+                    std::thread::sleep(next.saturating_duration_since(Instant::now()));
                     let started = Instant::now();
                     let answer = client.get(&url).bearer_auth(&token).send();
                     let ok = matches!(&answer, Ok(r) if r.status().is_success());
@@ -53,7 +61,10 @@ fn steady_configuration_reads_keep_memory_and_descriptors_flat() {
             })
         })
         .collect();
-    println!("\nsoak: host-sim GET /configuration, {length:?}, a sample every {interval:?}");
+    println!(
+        "\nsoak: host-sim GET /configuration, {length:?} at {} requests/s, a sample every {interval:?}",
+        rate()
+    );
     let me = std::process::id();
     let mut soak = Soak::new("host-sim");
     soak.header();

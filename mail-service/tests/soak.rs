@@ -18,25 +18,13 @@ use std::time::{Duration, Instant};
 
 use common::{Backend, ServerProcess, TestDb, email, http_client};
 use serde_json::json;
-use soak_fixture::{Sample, Soak, length_and_interval, open_fds, percentile, rss_kib};
+use soak_fixture::{Sample, Soak, length_and_interval, open_fds, percentile, rate, rss_kib};
 
 /// The checkpoint thread truncates the WAL past 64 MiB; between two of
 /// its looks (100 ms) a group commit adds little.
 const WAL_CEILING: u64 = 96 << 20;
 
 const CLIENTS: usize = 8;
-
-/// Requests a second over all clients (`SOAK_RATE`, 100 by default): a
-/// steady rate, the same on a fast machine and a slow one, so the figures
-/// compare across runs (the clients fall behind when the service cannot
-/// keep up, and the table shows it).
-fn rate() -> u32 {
-    std::env::var("SOAK_RATE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100)
-        .max(1)
-}
 
 fn bytes(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)

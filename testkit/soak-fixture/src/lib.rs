@@ -15,6 +15,18 @@ pub fn length_and_interval() -> (Duration, Duration) {
     (length, (length / 12).min(Duration::from_secs(60)))
 }
 
+/// Requests a second over all of a soak's clients (`SOAK_RATE`, 100 by
+/// default): a steady rate, the same on a fast machine and a slow one, so
+/// the figures compare across runs and machines (the clients fall behind
+/// when the service cannot keep up, and the table shows it).
+pub fn rate() -> u32 {
+    std::env::var("SOAK_RATE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100)
+        .max(1)
+}
+
 /// Anonymous resident memory of process `pid` in KiB (`RssAnon`: the
 /// heap, stacks, anonymous maps; not the file pages of a memory-mapped
 /// database, which the kernel may drop at will), 0 when unreadable.
