@@ -45,6 +45,6 @@ fn tests(name: &str, variable: &str, minutes: u64) -> Result<()> {
             .current_dir(crate::workspace_root())
             .env(variable, (minutes * 60).to_string())
             .args(["test", "--workspace", "--locked", "--test", name, "--"])
-            .args(["--nocapture", "--test-threads", "1", "--include-ignored"]),
+            .args(["--nocapture", "--test-threads", "1"]),
     )
 }
