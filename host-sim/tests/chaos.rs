@@ -172,6 +172,10 @@ fn a_storm_of_hostile_guests_leaves_the_host_serving() {
         .unwrap_or(20);
     let strict = std::env::var("CHAOS_SECS").is_ok();
     let length = Duration::from_secs(secs / 2).max(Duration::from_secs(2));
+    // The process's log capture keeps warnings only: at the suite's trace
+    // level every one of the hundreds of thousands of calls adds lines to
+    // an in-memory buffer, and the memory measured would be the test's.
+    log_capture::capture("warn");
     let env = TestEnv::with_limits(SandboxLimits {
         deadline: Duration::from_millis(500),
         max_output_bytes: MAX_OUTPUT,
@@ -193,6 +197,7 @@ fn a_storm_of_hostile_guests_leaves_the_host_serving() {
     // Slots held between invocations by design: finished stores waiting
     // for a binding wait to drop them (at most 4) and one prepared store.
     let slots_calm = env.host.pool_gauges().slots_in_use;
+    let rss_calm = rss_kib(me);
     let storm = phase(&env, &token, length, true);
     std::thread::sleep(Duration::from_millis(500));
     let rss_after = rss_kib(me);
@@ -219,8 +224,9 @@ fn a_storm_of_hostile_guests_leaves_the_host_serving() {
         "normal p99 (µs)", calm_p99, storm_p99
     );
     println!(
-        "anonymous resident memory: {} MiB before the calm run, {} MiB after the storm; slots held after the calm run {slots_calm}, after the storm {slots}",
+        "anonymous resident memory: {} MiB before the calm run, {} MiB after it, {} MiB after the storm; slots held after the calm run {slots_calm}, after the storm {slots}",
         rss_before / 1024,
+        rss_calm / 1024,
         rss_after / 1024
     );
     let ratio = storm_p99 as f64 / calm_p99.max(1) as f64;
