@@ -142,7 +142,12 @@ fn phase(env: &TestEnv, token: &str, length: Duration, storm: bool) -> Phase {
         hostile_calls += 1;
         // Within its limit: the deadline bounds every invocation.
         let in_time = took <= env.limits.deadline + Duration::from_secs(2);
-        if code(&invocation) != *code_wanted || limit_of(&invocation.result) != *limit || !in_time {
+        // The deadline bounds every invocation, so a hostile guest stopped
+        // by it before its own limit (an allocation bomb on a machine too
+        // busy to fill its memory in 500 ms) was stopped as documented.
+        let got = limit_of(&invocation.result);
+        let limit_ok = got == *limit || (limit.is_some() && got == Some(Limit::Deadline));
+        if code(&invocation) != *code_wanted || !limit_ok || !in_time {
             wrong.push(format!(
                 "{action}: {:?} after {took:?}",
                 invocation.result.as_ref().err()
