@@ -33,13 +33,24 @@ fn steady_configuration_reads_keep_memory_and_descriptors_flat() {
         .result
         .expect("provisioned");
     let url = format!("{}/configuration", platform.api_base(&served));
+    // The platform's token lives an hour; the soak's own outlives the soak
+    // (a 60-minute run ended in 401s at its last minute).
+    let token = platform
+        .host
+        .issue_token(
+            "customer",
+            &[platform.project.clone()],
+            length + Duration::from_secs(600),
+        )
+        .expect("a token for the soak")
+        .token;
     let latencies: Arc<Mutex<Vec<u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let clients = 4;
     let period = clients * Duration::from_secs(1) / rate();
     let clients: Vec<_> = (0..clients)
         .map(|_| {
-            let (url, token) = (url.clone(), platform.token.clone());
+            let (url, token) = (url.clone(), token.clone());
             let (latencies, stop) = (latencies.clone(), stop.clone());
             std::thread::spawn(move || {
                 let client = reqwest::blocking::Client::new();
