@@ -20,6 +20,7 @@
 
 mod support;
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -41,6 +42,11 @@ const NODE_LIMIT: Duration = Duration::from_secs(240);
 
 fn chromium() -> PathBuf {
     std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
+}
+
+/// `tests/browser`: the specs and their node modules.
+fn browser_dir() -> PathBuf {
+    workspace_root().join("tests/browser")
 }
 
 /// What the browser test needs and this machine lacks.
@@ -107,10 +113,31 @@ fn run_with_limit(cmd: &mut Command, limit: Duration) -> (Option<i32>, String, S
     (status, out.join().unwrap(), err.join().unwrap())
 }
 
+/// Runs `tests/browser/<spec>` in node with `env` (and `CHROMIUM`), from
+/// the workspace root, to its end; prints its output and fails the test
+/// unless it exited 0. Its stdout and stderr.
+fn run_spec(spec: &str, env: &[(&str, OsString)]) -> (String, String) {
+    let mut node = Command::new("node");
+    node.arg(browser_dir().join(spec))
+        .current_dir(workspace_root())
+        .env("CHROMIUM", chromium());
+    for (name, value) in env {
+        node.env(name, value);
+    }
+    let (status, stdout, stderr) = run_with_limit(&mut node, NODE_LIMIT);
+    println!("---- node tests/browser/{spec} ----\n{stdout}{stderr}");
+    assert_eq!(
+        status,
+        Some(0),
+        "tests/browser/{spec} failed (exit {status:?}, None = killed after {NODE_LIMIT:?}):\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
 /// False (after saying so loudly) when this machine lacks what the browser
 /// tests need; fails instead when `CI` is set.
-fn browser_tools_present(browser_dir: &Path) -> bool {
-    let missing = missing_tools(browser_dir);
+fn browser_tools_present() -> bool {
+    let missing = missing_tools(&browser_dir());
     if missing.is_empty() {
         return true;
     }
@@ -130,36 +157,27 @@ fn browser_tools_present(browser_dir: &Path) -> bool {
 
 #[test]
 fn customer_sets_up_analytics_in_the_console_and_sees_page_views() {
-    let root = workspace_root();
-    let browser_dir = root.join("tests/browser");
-    if !browser_tools_present(&browser_dir) {
+    if !browser_tools_present() {
         return;
     }
+    let root = workspace_root();
 
     let platform = Platform::start(PROJECT, SECRET, Duration::from_secs(5));
     let served = platform.serve();
     let screenshot = root.join("target/browser/console.png");
     let _ = std::fs::remove_file(&screenshot);
 
-    let (status, stdout, stderr) = run_with_limit(
-        Command::new("node")
-            .arg(browser_dir.join("console.spec.mjs"))
-            .current_dir(root)
-            .env("CONSOLE_URL", format!("{}/console", served.base_url))
-            .env("TOKEN", &platform.token)
-            .env("PROVIDER_URL", platform.fake.base_url())
-            .env("PROJECT", &platform.project)
-            .env("SCREENSHOT", &screenshot)
-            .env("EVENTS", PAGE_VIEWS.to_string())
-            .env("FRESH", "1")
-            .env("CHROMIUM", chromium()),
-        NODE_LIMIT,
-    );
-    println!("---- node tests/browser/console.spec.mjs ----\n{stdout}{stderr}");
-    assert_eq!(
-        status,
-        Some(0),
-        "the browser test failed (exit {status:?}, None = killed after {NODE_LIMIT:?}):\n{stderr}"
+    let (stdout, stderr) = run_spec(
+        "console.spec.mjs",
+        &[
+            ("CONSOLE_URL", format!("{}/console", served.base_url).into()),
+            ("TOKEN", platform.token.clone().into()),
+            ("PROVIDER_URL", platform.fake.base_url().into()),
+            ("PROJECT", platform.project.clone().into()),
+            ("SCREENSHOT", screenshot.clone().into()),
+            ("EVENTS", PAGE_VIEWS.to_string().into()),
+            ("FRESH", "1".into()),
+        ],
     );
 
     // What the browser saw matches the provider's own records.
@@ -191,11 +209,10 @@ const WIDTHS: [u32; 3] = [360, 768, 1280];
 
 #[test]
 fn the_customer_flow_works_by_keyboard_passes_axe_and_the_panel_fits_its_frame() {
-    let root = workspace_root();
-    let browser_dir = root.join("tests/browser");
-    if !browser_tools_present(&browser_dir) {
+    if !browser_tools_present() {
         return;
     }
+    let root = workspace_root();
     let platform = Platform::start(A11Y_PROJECT, SECRET, Duration::from_secs(5));
     let served = platform.serve();
     let screenshots = root.join("target/browser");
@@ -204,24 +221,16 @@ fn the_customer_flow_works_by_keyboard_passes_axe_and_the_panel_fits_its_frame()
         let _ = std::fs::remove_file(shot(width));
     }
 
-    let (status, stdout, stderr) = run_with_limit(
-        Command::new("node")
-            .arg(browser_dir.join("accessibility.spec.mjs"))
-            .current_dir(root)
-            .env("CONSOLE_URL", format!("{}/console", served.base_url))
-            .env("TOKEN", &platform.token)
-            .env("PROVIDER_URL", platform.fake.base_url())
-            .env("PROJECT", &platform.project)
-            .env("EVENTS", A11Y_PAGE_VIEWS.to_string())
-            .env("SCREENSHOT_DIR", &screenshots)
-            .env("CHROMIUM", chromium()),
-        NODE_LIMIT,
-    );
-    println!("---- node tests/browser/accessibility.spec.mjs ----\n{stdout}{stderr}");
-    assert_eq!(
-        status,
-        Some(0),
-        "the accessibility browser test failed (exit {status:?}, None = killed after {NODE_LIMIT:?}):\n{stderr}"
+    let (stdout, stderr) = run_spec(
+        "accessibility.spec.mjs",
+        &[
+            ("CONSOLE_URL", format!("{}/console", served.base_url).into()),
+            ("TOKEN", platform.token.clone().into()),
+            ("PROVIDER_URL", platform.fake.base_url().into()),
+            ("PROJECT", platform.project.clone().into()),
+            ("EVENTS", A11Y_PAGE_VIEWS.to_string().into()),
+            ("SCREENSHOT_DIR", screenshots.clone().into()),
+        ],
     );
     assert_eq!(platform.fake.events().len(), A11Y_PAGE_VIEWS);
     assert!(!stdout.contains(&platform.secret) && !stderr.contains(&platform.secret));
@@ -242,29 +251,19 @@ fn the_customer_flow_works_by_keyboard_passes_axe_and_the_panel_fits_its_frame()
 
 #[test]
 fn a_person_authorizes_an_mcp_client_on_the_consent_page_and_disconnects_it() {
-    let root = workspace_root();
-    let browser_dir = root.join("tests/browser");
-    if !browser_tools_present(&browser_dir) {
+    if !browser_tools_present() {
         return;
     }
     // A person with two projects, `shop` and `blog`.
     let setup = support::oauth::default_setup();
-    let (status, stdout, stderr) = run_with_limit(
-        Command::new("node")
-            .arg(browser_dir.join("oauth_consent.spec.mjs"))
-            .current_dir(root)
-            .env("BASE_URL", &setup.served.base_url)
-            .env("TOKEN", &setup.person)
-            .env("PROJECT", "shop")
-            .env("OTHER_PROJECT", "blog")
-            .env("CHROMIUM", chromium()),
-        NODE_LIMIT,
-    );
-    println!("---- node tests/browser/oauth_consent.spec.mjs ----\n{stdout}{stderr}");
-    assert_eq!(
-        status,
-        Some(0),
-        "the consent browser test failed (exit {status:?}, None = killed after {NODE_LIMIT:?}):\n{stderr}"
+    run_spec(
+        "oauth_consent.spec.mjs",
+        &[
+            ("BASE_URL", setup.served.base_url.clone().into()),
+            ("TOKEN", setup.person.clone().into()),
+            ("PROJECT", "shop".into()),
+            ("OTHER_PROJECT", "blog".into()),
+        ],
     );
     // What the browser did is what the host holds: no app is left connected.
     let person = host_sim::Caller::bearer(setup.person.as_str());
@@ -393,9 +392,7 @@ fn certificates(dir: &Path) -> PathBuf {
 
 #[test]
 fn a_page_view_through_the_tracking_hostname_is_counted_in_the_panel() {
-    let root = workspace_root();
-    let browser_dir = root.join("tests/browser");
-    let mut missing = missing_tools(&browser_dir);
+    let mut missing = missing_tools(&browser_dir());
     if !Path::new("/usr/sbin/nginx").is_file() {
         missing.push("/usr/sbin/nginx (Debian package nginx)".to_owned());
     }
@@ -488,28 +485,24 @@ fn a_page_view_through_the_tracking_hostname_is_counted_in_the_panel() {
     );
     let page_port = customer_page(tag);
 
-    let (status, stdout, stderr) = run_with_limit(
-        Command::new("node")
-            .arg(browser_dir.join("tracking_domain.spec.mjs"))
-            .current_dir(root)
-            .env("PAGE_URL", format!("http://{SHOP_HOST}:{page_port}/"))
-            .env("TRACKING_ORIGIN", &origin)
-            .env(
+    let (stdout, stderr) = run_spec(
+        "tracking_domain.spec.mjs",
+        &[
+            (
+                "PAGE_URL",
+                format!("http://{SHOP_HOST}:{page_port}/").into(),
+            ),
+            ("TRACKING_ORIGIN", origin.clone().into()),
+            (
                 "RESOLVER_RULES",
-                format!("MAP {SHOP_HOST} 127.0.0.1, MAP {TRACKING_HOST} 127.0.0.1:{edge_port}"),
-            )
-            .env("CONSOLE_URL", format!("{}/console", served.base_url))
-            .env("TOKEN", &platform.token)
-            .env("PROJECT", &platform.project)
-            .env("EXPECTED", "1")
-            .env("CHROMIUM", chromium()),
-        NODE_LIMIT,
-    );
-    println!("---- node tests/browser/tracking_domain.spec.mjs ----\n{stdout}{stderr}");
-    assert_eq!(
-        status,
-        Some(0),
-        "the tracking-domain browser test failed (exit {status:?}):\n{stderr}"
+                format!("MAP {SHOP_HOST} 127.0.0.1, MAP {TRACKING_HOST} 127.0.0.1:{edge_port}")
+                    .into(),
+            ),
+            ("CONSOLE_URL", format!("{}/console", served.base_url).into()),
+            ("TOKEN", platform.token.clone().into()),
+            ("PROJECT", platform.project.clone().into()),
+            ("EXPECTED", "1".into()),
+        ],
     );
     let events = platform.fake.events();
     assert_eq!(events.len(), 1, "{events:?}");
