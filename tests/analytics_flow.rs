@@ -61,14 +61,6 @@ fn ok(invocation: &Invocation) -> &Value {
         .unwrap_or_else(|_| panic!("invocation failed: {}", invocation.to_json()))
 }
 
-fn provision(platform: &Platform, name: &str, domain: &str) -> Value {
-    ok(&platform.invoke(
-        "analytics.provision",
-        json!({"name": name, "domain": domain}),
-    ))
-    .clone()
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -168,7 +160,7 @@ fn a_customer_provisions_tracks_visits_and_reads_exactly_that_traffic() {
     let browser = http_client();
 
     // Setup: name and domain in, configuration out.
-    let config = provision(&shop, "Acme Shop", "Shop.Example.COM");
+    let config = shop.provision("Acme Shop", "Shop.Example.COM");
     let id = website_id("acme-shop", "shop.example.com");
     assert_eq!(config["website_id"], id.to_string());
     assert_eq!(config["domain"], "shop.example.com");
@@ -333,11 +325,11 @@ fn a_customer_provisions_tracks_visits_and_reads_exactly_that_traffic() {
 #[test]
 fn provisioning_is_idempotent_renames_in_place_and_moves_with_the_domain() {
     let shop = platform("acme-blog");
-    let first = provision(&shop, "Acme Blog", "blog.example.com");
+    let first = shop.provision("Acme Blog", "blog.example.com");
     assert_eq!(shop.fake.writes(), 1, "the first setup creates the website");
     assert_eq!(first["revision"], 1);
 
-    let again = provision(&shop, "Acme Blog", "blog.example.com");
+    let again = shop.provision("Acme Blog", "blog.example.com");
     assert_eq!(again, first, "same input, same answer, revision included");
     assert_eq!(
         shop.fake.writes(),
@@ -345,7 +337,7 @@ fn provisioning_is_idempotent_renames_in_place_and_moves_with_the_domain() {
         "the same input makes no provider write"
     );
 
-    let renamed = provision(&shop, "Acme Engineering Blog", "blog.example.com");
+    let renamed = shop.provision("Acme Engineering Blog", "blog.example.com");
     assert_eq!(renamed["website_id"], first["website_id"]);
     assert_eq!(renamed["name"], "Acme Engineering Blog");
     assert_eq!(renamed["revision"], 2);
@@ -357,7 +349,7 @@ fn provisioning_is_idempotent_renames_in_place_and_moves_with_the_domain() {
         "renamed on the provider"
     );
 
-    let moved = provision(&shop, "Acme Engineering Blog", "engineering.example.com");
+    let moved = shop.provision("Acme Engineering Blog", "engineering.example.com");
     let new_id = website_id("acme-blog", "engineering.example.com");
     assert_ne!(moved["website_id"], first["website_id"]);
     assert_eq!(moved["website_id"], new_id.to_string());
@@ -435,7 +427,7 @@ fn configuration_before_setup_is_not_provisioned() {
 #[test]
 fn a_tracking_origin_override_moves_the_script_but_not_the_dashboard() {
     let shop = platform("acme-custom");
-    provision(&shop, "Acme", "www.acme.example");
+    shop.provision("Acme", "www.acme.example");
     let tracking = "https://t.acme.example";
     shop.host
         .set_tracking_origin("acme-custom", Some(tracking))
@@ -463,7 +455,7 @@ fn a_tracking_origin_override_moves_the_script_but_not_the_dashboard() {
 #[test]
 fn provider_faults_become_502s_that_leak_no_secret() {
     let shop = platform("acme-faults");
-    provision(&shop, "Acme", "faults.example.com");
+    shop.provision("Acme", "faults.example.com");
     let now = now_ms();
     let range = json!({"start_at": now - 7 * DAY_MS, "end_at": now, "unit": "day"});
     let mut request_ids = Vec::new();

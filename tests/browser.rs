@@ -413,11 +413,7 @@ fn a_page_view_through_the_tracking_hostname_is_counted_in_the_panel() {
     let platform = Platform::start(TRACKING_PROJECT, SECRET, Duration::from_secs(5));
     let served = platform.serve();
     let host = &platform.host;
-    let provisioned = platform.invoke(
-        "analytics.provision",
-        json!({"name": "Shop", "domain": SHOP_HOST}),
-    );
-    provisioned.result.as_ref().expect("provisioned");
+    platform.provision("Shop", SHOP_HOST);
 
     // The operator's flow: add, verify (DNS on loopback), plan and apply.
     host.configure_tracking(Some(INGRESS_TARGET), None, None)

@@ -416,13 +416,7 @@ fn a_call_beyond_the_granted_scope_is_403_insufficient_scope_naming_the_scope() 
         "{challenge}"
     );
     // Reading stays allowed (on a provisioned project).
-    s.platform
-        .invoke(
-            "analytics.provision",
-            json!({"name": "Shop", "domain": "shop.example"}),
-        )
-        .result
-        .expect("provisioned");
+    s.platform.provision("Shop", "shop.example");
     let stats = rpc(s
         .web
         .mcp(Some(&grant.access_token), &tools_call(STATS, week()), None));

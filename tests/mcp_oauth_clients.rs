@@ -256,13 +256,7 @@ fn rmcps_oauth_client_connects_lists_tools_calls_stats_and_refreshes() {
     // The project has its website before the client calls stats. A host
     // invocation blocks (its binding calls run on their own runtime), so it
     // runs here, outside the test's async runtime.
-    s.platform
-        .invoke(
-            "analytics.provision",
-            json!({"name": "Shop", "domain": "shop.example"}),
-        )
-        .result
-        .expect("provisioned");
+    s.platform.provision("Shop", "shop.example");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -25,13 +25,7 @@ fn steady_configuration_reads_keep_memory_and_descriptors_flat() {
     let platform = Platform::start("soak-shop", "soak-provider-secret", Duration::from_secs(2));
     let served = platform.serve();
     // The project has its website, so `/configuration` answers 200.
-    platform
-        .invoke(
-            "analytics.provision",
-            serde_json::json!({"name": "Soak Shop", "domain": "soak.example.com"}),
-        )
-        .result
-        .expect("provisioned");
+    platform.provision("Soak Shop", "soak.example.com");
     let url = format!("{}/configuration", platform.api_base(&served));
     // The platform's token lives an hour; the soak's own outlives the soak
     // (a 60-minute run ended in 401s at its last minute).

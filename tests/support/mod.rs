@@ -74,6 +74,19 @@ impl Platform {
         }
     }
 
+    /// Provisions the project's website: its configuration, or the test
+    /// fails with the invocation's answer.
+    pub fn provision(&self, name: &str, domain: &str) -> Value {
+        let invocation = self.invoke(
+            "analytics.provision",
+            serde_json::json!({"name": name, "domain": domain}),
+        );
+        invocation
+            .result
+            .clone()
+            .unwrap_or_else(|_| panic!("provisioning {domain} failed: {}", invocation.to_json()))
+    }
+
     /// Runs an action for the customer through the host's one invocation
     /// function, at the current generation.
     pub fn invoke(&self, action: &str, input: Value) -> Invocation {
@@ -105,11 +118,7 @@ impl Platform {
     /// Provisions `domain` for the project and records a week of traffic.
     pub fn provision_with_week(&self, name: &str, domain: &str) -> Week {
         const DAY_MS: i64 = 86_400_000;
-        let configuration = self.invoke(
-            "analytics.provision",
-            serde_json::json!({"name": name, "domain": domain}),
-        );
-        let website: uuid::Uuid = configuration.result.expect("provisioned")["website_id"]
+        let website: uuid::Uuid = self.provision(name, domain)["website_id"]
             .as_str()
             .expect("a website id")
             .parse()
