@@ -40,8 +40,8 @@ fn steady_configuration_reads_keep_memory_and_descriptors_flat() {
         .token;
     let latencies: Arc<Mutex<Vec<u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let clients = 4;
-    let period = clients * Duration::from_secs(1) / rate();
+    let (clients, rate) = (4, rate());
+    let period = clients * Duration::from_secs(1) / rate;
     let clients: Vec<_> = (0..clients)
         .map(|_| {
             let (url, token) = (url.clone(), token.clone());
@@ -67,8 +67,7 @@ fn steady_configuration_reads_keep_memory_and_descriptors_flat() {
         })
         .collect();
     println!(
-        "\nsoak: host-sim GET /configuration, {length:?} at {} requests/s, a sample every {interval:?}",
-        rate()
+        "\nsoak: host-sim GET /configuration, {length:?} at {rate} requests/s, a sample every {interval:?}"
     );
     let me = std::process::id();
     let mut soak = Soak::new("host-sim");
