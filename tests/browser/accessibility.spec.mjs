@@ -204,8 +204,15 @@ try {
   step = "copying the tracking script by keyboard";
   await tabTo(".script-actions button", frame);
   await page.keyboard.press("Enter");
+  // The live region may still say "Saved. …" from the setup (it clears
+  // after 6 s), and announcing empties it for 100 ms first so a repeated
+  // message is read again: wait for "Copied" itself, not for any text.
   const announcement = frame.locator(".announcement");
-  await frame.waitForFunction(() => document.querySelector(".announcement")?.textContent.trim() !== "");
+  await frame
+    .waitForFunction(() => document.querySelector(".announcement")?.textContent.trim() === "Copied", null, {
+      timeout: 5000,
+    })
+    .catch(() => {});
   const said = (await announcement.textContent()).trim();
   check(said === "Copied", `after Copy the panel said "${said}", not "Copied"`);
   const copied = await page.evaluate(() => navigator.clipboard.readText());
