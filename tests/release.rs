@@ -89,6 +89,8 @@ fn changing_any_byte_of_any_file_is_detected() {
                     VerifyError::BadSignature { .. }
                         | VerifyError::SignatureFormat
                         | VerifyError::UntrustedKey { .. }
+                        | VerifyError::SignedByAnotherKey { .. }
+                        | VerifyError::KeyMismatch { .. }
                 ),
                 _ => matches!(&err, VerifyError::DigestMismatch { path, .. } if path == file),
             };

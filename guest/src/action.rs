@@ -145,13 +145,54 @@ where
     handler(host, I::from_json(input)?)?.into_json()
 }
 
+/// The custom section of the component that lists the actions [`actions!`]
+/// dispatches (each name followed by a newline). The host reads it at
+/// install and refuses a component whose actions and manifest disagree.
+pub const ACTIONS_SECTION: &str = "platform-actions";
+
+/// The length of [`ACTIONS_SECTION`]'s contents for `names`.
+#[doc(hidden)]
+pub const fn section_len(names: &[&str]) -> usize {
+    let mut len = 0;
+    let mut i = 0;
+    while i < names.len() {
+        len += names[i].len() + 1;
+        i += 1;
+    }
+    len
+}
+
+/// [`ACTIONS_SECTION`]'s contents for `names`, computed at compile time.
+#[doc(hidden)]
+pub const fn section_bytes<const N: usize>(names: &[&str]) -> [u8; N] {
+    let mut out = [0u8; N];
+    let mut at = 0;
+    let mut i = 0;
+    while i < names.len() {
+        let name = names[i].as_bytes();
+        let mut j = 0;
+        while j < name.len() {
+            out[at] = name[j];
+            at += 1;
+            j += 1;
+        }
+        out[at] = b'\n';
+        at += 1;
+        i += 1;
+    }
+    out
+}
+
 /// Dispatches the manifest's action names to handlers.
 ///
 /// `actions! { "name" => handler, ... }` (names as string literals or
 /// `const`s) defines, where it is written:
 ///
 /// - `pub const ACTIONS: &[&str]`, the names in order, so a test can compare
-///   them with the manifest's `[[actions]]`;
+///   them with the manifest's `[[actions]]`; in a WebAssembly build the
+///   names also go into the component's [`ACTIONS_SECTION`], where the host
+///   finds them (`host-sim dev` and the test host refuse a build that
+///   implements an action its manifest does not declare, or the reverse);
 /// - `pub fn dispatch<H: Host + ?Sized>(host: &H, action: &str, input: &str)
 ///   -> Result<String, ActionError>`, which reads the input with the
 ///   handler's input type ([`Input`]: [`Json<T>`], [`NoInput`] or your
@@ -167,6 +208,13 @@ macro_rules! actions {
     ($($name:expr => $handler:expr),+ $(,)?) => {
         /// The action names this extension dispatches, as its manifest lists them.
         pub const ACTIONS: &[&str] = &[$($name),+];
+
+        /// `ACTIONS` where the host reads them: a custom section of the component.
+        #[cfg(target_family = "wasm")]
+        #[unsafe(link_section = "platform-actions")]
+        #[used]
+        static __EXTENSION_GUEST_ACTIONS: [u8; $crate::action::section_len(ACTIONS)] =
+            $crate::action::section_bytes(ACTIONS);
 
         /// Runs `action` with its JSON `input` against `host`.
         pub fn dispatch<H: $crate::Host + ?Sized>(

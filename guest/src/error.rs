@@ -32,11 +32,14 @@ pub enum ErrorCode {
     Forbidden,
     /// A bug or a broken stored document.
     Internal,
+    /// The manifest declares the action but the extension's code has no
+    /// handler for it: the extension's fault, not the caller's.
+    NotImplemented,
 }
 
 impl ErrorCode {
     /// Every code, for exhaustive checks against the host.
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 11] = [
         Self::InvalidInput,
         Self::NotFound,
         Self::NotProvisioned,
@@ -47,6 +50,7 @@ impl ErrorCode {
         Self::Unauthenticated,
         Self::Forbidden,
         Self::Internal,
+        Self::NotImplemented,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +65,7 @@ impl ErrorCode {
             Self::Unauthenticated => "unauthenticated",
             Self::Forbidden => "forbidden",
             Self::Internal => "internal",
+            Self::NotImplemented => "not_implemented",
         }
     }
 
@@ -75,6 +80,7 @@ impl ErrorCode {
             Self::Unauthenticated => 401,
             Self::Forbidden => 403,
             Self::Internal => 500,
+            Self::NotImplemented => 501,
         }
     }
 }
@@ -108,16 +114,22 @@ impl ActionError {
         Self::new(ErrorCode::Internal, message)
     }
 
-    /// The answer to an action name the extension does not dispatch.
+    /// The answer to an action name the extension does not dispatch. The
+    /// host runs only the actions its manifest declares, so this is a
+    /// declared action without a handler: the extension's bug.
     pub fn unknown_action(action: &str, offered: &[&str]) -> Self {
         let offered = match offered {
             [] => "no actions".to_owned(),
             [only] => (*only).to_owned(),
             [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
         };
-        Self::invalid_input(format!(
-            "action: unknown action `{action}`; this extension offers {offered}"
-        ))
+        Self::new(
+            ErrorCode::NotImplemented,
+            format!(
+                "action `{action}` is declared in the manifest but not implemented: \
+                 this extension dispatches {offered}; add a handler for it to `actions!`"
+            ),
+        )
     }
 }
 

@@ -51,10 +51,22 @@ fn actions_dispatch_by_name_and_refuse_unknown_ones() {
     );
     assert_eq!(dispatch(&host, "math.project", "{}").unwrap(), r#""p1""#);
     let unknown = dispatch(&host, "math.sub", "{}").unwrap_err();
-    assert_eq!(unknown.code, ErrorCode::InvalidInput);
+    assert_eq!(unknown.code, ErrorCode::NotImplemented);
+    assert_eq!(unknown.code.http_status(), 501);
     assert_eq!(
         unknown.message,
-        "action: unknown action `math.sub`; this extension offers math.add and math.project"
+        "action `math.sub` is declared in the manifest but not implemented: \
+         this extension dispatches math.add and math.project; add a handler for it to `actions!`"
+    );
+}
+
+#[test]
+fn the_actions_section_lists_each_dispatched_name_on_a_line() {
+    const LEN: usize = extension_guest::action::section_len(ACTIONS);
+    let bytes: [u8; LEN] = extension_guest::action::section_bytes(ACTIONS);
+    assert_eq!(
+        std::str::from_utf8(&bytes).unwrap(),
+        "math.add\nmath.project\n"
     );
 }
 

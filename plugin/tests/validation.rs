@@ -190,9 +190,10 @@ fn configuration_takes_no_fields_and_unknown_actions_are_refused() {
         )
     );
     let err = invoke(&host, "analytics.delete", "{}").unwrap_err();
-    assert_eq!(err.code, ErrorCode::InvalidInput);
+    assert_eq!(err.code, ErrorCode::NotImplemented);
     assert!(
-        err.message
-            .starts_with("action: unknown action `analytics.delete`")
+        err.message.starts_with(
+            "action `analytics.delete` is declared in the manifest but not implemented"
+        )
     );
 }

@@ -49,12 +49,21 @@ enum HostCapability {
 /// The interface an extension must export.
 pub const EXPORT_INTERFACE: &str = "extension";
 
+/// The custom section in which a component built with `extension-guest`
+/// lists the actions its code dispatches, each name followed by a newline
+/// (the guest crate's `actions!` writes it).
+pub const ACTIONS_SECTION: &str = "platform-actions";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ComponentInfo {
     /// Top-level import names, e.g. `platform:extension/documents@0.1.0`.
     pub imports: Vec<String>,
     /// Top-level export names.
     pub exports: Vec<String>,
+    /// The actions the component's code dispatches ([`ACTIONS_SECTION`]);
+    /// `None` for a component that does not say (not built with
+    /// `extension-guest`'s `actions!`).
+    pub dispatched: Option<Vec<String>>,
 }
 
 impl ComponentInfo {
@@ -89,6 +98,19 @@ pub enum ComponentError {
     WitMismatch { manifest: String, component: String },
     #[error("the component imports `{import}`, which {reason}")]
     UndeclaredImport { import: String, reason: String },
+    #[error(
+        "manifest.toml declares the action `{action}`, but the component's code does not \
+         implement it (it implements {dispatched}): add a handler for it to `actions!`, \
+         or remove the action from manifest.toml"
+    )]
+    UnimplementedAction { action: String, dispatched: String },
+    #[error(
+        "the component implements the action `{action}`, which manifest.toml does not declare: \
+         add an [[actions]] entry for it (docs/manifest.md), or remove its handler"
+    )]
+    UndeclaredAction { action: String },
+    #[error("the component's {ACTIONS_SECTION} section is not UTF-8 action names, one per line")]
+    ActionsSection,
 }
 
 /// Validates `bytes` as a component and lists its top-level imports and exports.
@@ -109,6 +131,7 @@ pub fn inspect(bytes: &[u8]) -> Result<ComponentInfo, ComponentError> {
     let mut info = ComponentInfo {
         imports: Vec::new(),
         exports: Vec::new(),
+        dispatched: None,
     };
     let mut depth = 0usize;
     for payload in wasmparser::Parser::new(0).parse_all(bytes) {
@@ -128,10 +151,51 @@ pub fn inspect(bytes: &[u8]) -> Result<ComponentInfo, ComponentError> {
                     info.exports.push(export.name.name.to_owned());
                 }
             }
+            // In the core module, wherever it is nested.
+            wasmparser::Payload::CustomSection(section) if section.name() == ACTIONS_SECTION => {
+                let names = std::str::from_utf8(section.data())
+                    .map_err(|_| ComponentError::ActionsSection)?;
+                let dispatched = info.dispatched.get_or_insert_with(Vec::new);
+                for name in names.split_terminator('\n') {
+                    if name.is_empty() {
+                        return Err(ComponentError::ActionsSection);
+                    }
+                    dispatched.push(name.to_owned());
+                }
+            }
             _ => {}
         }
     }
     Ok(info)
+}
+
+/// The manifest's actions against the ones the component says it
+/// dispatches, in both directions (nothing to check when it does not say).
+fn check_actions(manifest: &Manifest, info: &ComponentInfo) -> Result<(), ComponentError> {
+    let Some(dispatched) = &info.dispatched else {
+        return Ok(());
+    };
+    let declared = || manifest.actions.iter().map(|a| a.name.as_str());
+    if let Some(action) = declared().find(|name| !dispatched.iter().any(|d| d == name)) {
+        let dispatched = if dispatched.is_empty() {
+            "none".to_owned()
+        } else {
+            dispatched.join(", ")
+        };
+        return Err(ComponentError::UnimplementedAction {
+            action: action.to_owned(),
+            dispatched,
+        });
+    }
+    if let Some(action) = dispatched
+        .iter()
+        .find(|d| !declared().any(|name| name == *d))
+    {
+        return Err(ComponentError::UndeclaredAction {
+            action: action.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// Checks a component against its manifest and the WIT versions a host
@@ -158,6 +222,7 @@ pub fn check_against_manifest(
     for import in &info.imports {
         check_import(manifest, import, found)?;
     }
+    check_actions(manifest, info)?;
     Ok(())
 }
 
@@ -220,6 +285,7 @@ mod tests {
         ComponentInfo {
             imports: imports.iter().map(|s| s.to_string()).collect(),
             exports: vec![format!("platform:extension/extension@{version}")],
+            dispatched: None,
         }
     }
 
@@ -273,11 +339,45 @@ mod tests {
                 &m,
                 &ComponentInfo {
                     imports: vec![],
-                    exports: vec![]
+                    exports: vec![],
+                    dispatched: None,
                 },
                 &["0.1.0"]
             ),
             Err(ComponentError::MissingExport)
+        );
+    }
+
+    #[test]
+    fn the_dispatched_actions_must_be_the_manifest_s() {
+        let m = manifest();
+        let with = |names: &[&str]| ComponentInfo {
+            dispatched: Some(names.iter().map(|s| s.to_string()).collect()),
+            ..info(&[], "0.1.0")
+        };
+        let all = [
+            "analytics.provision",
+            "analytics.configuration",
+            "analytics.stats",
+        ];
+        check_against_manifest(&m, &with(&all), &["0.1.0"]).unwrap();
+        let err = check_against_manifest(&m, &with(&all[..2]), &["0.1.0"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "manifest.toml declares the action `analytics.stats`, but the component's code does not \
+             implement it (it implements analytics.provision, analytics.configuration): add a handler \
+             for it to `actions!`, or remove the action from manifest.toml"
+        );
+        let err = check_against_manifest(
+            &m,
+            &with(&[&all[..], &["analytics.export"][..]].concat()),
+            &["0.1.0"],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the component implements the action `analytics.export`, which manifest.toml does not \
+             declare: add an [[actions]] entry for it (docs/manifest.md), or remove its handler"
         );
     }
 

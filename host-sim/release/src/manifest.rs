@@ -353,6 +353,19 @@ impl Manifest {
                     "must be `plugin__<extension>__<tool>` of a-z, 0-9 and `_`",
                 ));
             }
+            // The MCP server lists every extension's tools side by side: the
+            // middle part names this extension, so no extension can take
+            // another one's tool names.
+            let own_prefix = format!("plugin__{}__", ext.id.replace('-', "_"));
+            if !action.mcp_tool.starts_with(&own_prefix) {
+                return Err(invalid(
+                    format!("{field}.mcp_tool"),
+                    format!(
+                        "`{}` must start with `{own_prefix}` (the extension id `{}` with `_` for `-`)",
+                        action.mcp_tool, ext.id
+                    ),
+                ));
+            }
             if !tools.insert(action.mcp_tool.as_str()) {
                 return Err(invalid(format!("{field}.mcp_tool"), "must be unique"));
             }
@@ -428,6 +441,17 @@ mod tests {
         let bad = SOURCE.replace("id = \"managed-analytics\"", "id = \"Managed Analytics\"");
         let err = Manifest::from_toml(&bad).unwrap_err().to_string();
         assert!(err.contains("extension.id"), "{err}");
+
+        let bad = SOURCE.replace(
+            "plugin__managed_analytics__stats",
+            "plugin__other_ext__history",
+        );
+        let err = Manifest::from_toml(&bad).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "manifest field `actions[2].mcp_tool`: `plugin__other_ext__history` must start with \
+             `plugin__managed_analytics__` (the extension id `managed-analytics` with `_` for `-`)"
+        );
 
         let bad = SOURCE.replace("[extension]", "[extension]\nunexpected = 1");
         assert!(matches!(

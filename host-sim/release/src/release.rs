@@ -7,7 +7,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use crate::manifest::{Manifest, ManifestError, is_release_path};
-use crate::signing::{KeyId, PublisherKey, TrustStore};
+use crate::signing::{KeyId, PublicKey, PublisherKey, TrustStore};
 
 pub const MANIFEST_FILE: &str = "manifest.toml";
 pub const SIGNATURE_FILE: &str = "manifest.toml.sig";
@@ -59,14 +59,33 @@ pub enum VerifyError {
     Read { path: String, reason: String },
     #[error("the release has no {0}")]
     Missing(&'static str),
-    #[error("{SIGNATURE_FILE} is not `ed25519 <key id> <base64 signature>`")]
+    #[error("{SIGNATURE_FILE} is not `ed25519 <key id> <base64 signature> <base64 public key>`")]
     SignatureFormat,
     #[error("the release is signed by key {key_id}, which this host does not trust")]
     UntrustedKey { key_id: KeyId },
+    /// `certain`: the signature file carries the trusted key itself, so the
+    /// signature was made with it and the manifest changed since; a
+    /// signature without its public key (the older format) cannot tell that
+    /// from a signature by another key under this key's id.
     #[error(
-        "the signature of {MANIFEST_FILE} does not verify with key {key_id}: the manifest was changed after signing"
+        "the signature of {MANIFEST_FILE} does not verify with key {key_id}: {}",
+        if *certain {
+            "the manifest was changed after signing"
+        } else {
+            "the manifest was changed after signing, or another key signed it"
+        }
     )]
-    BadSignature { key_id: KeyId },
+    BadSignature { key_id: KeyId, certain: bool },
+    #[error(
+        "{SIGNATURE_FILE} names key {named}, but the signature was made with key {signer}: \
+         sign again with the key {named}, or have the operator trust {signer}"
+    )]
+    SignedByAnotherKey { named: KeyId, signer: KeyId },
+    #[error(
+        "{SIGNATURE_FILE} names key {named} but carries the public key {carried}, \
+         and the signature verifies with neither: the file was altered"
+    )]
+    KeyMismatch { named: KeyId, carried: KeyId },
     #[error("the signed manifest is invalid: {0}")]
     Manifest(#[from] ManifestError),
     #[error("the signed manifest has no [release.files] table")]
@@ -108,27 +127,101 @@ pub enum WriteError {
     },
 }
 
-fn signature_line(key_id: KeyId, signature: &[u8; 64]) -> String {
-    format!("ed25519 {key_id} {}\n", BASE64.encode(signature))
+/// One `manifest.toml.sig`: the id of the key it names, the signature and,
+/// since signatures carry it, the public key that made it (which lets a
+/// refusal tell "another key signed" from "the manifest changed").
+struct SignatureFile {
+    key_id: KeyId,
+    signature: [u8; 64],
+    public: Option<PublicKey>,
+}
+
+fn signature_line(file: &SignatureFile) -> String {
+    let mut line = format!("ed25519 {} {}", file.key_id, BASE64.encode(file.signature));
+    if let Some(public) = &file.public {
+        line.push(' ');
+        line.push_str(&BASE64.encode(public.to_bytes()));
+    }
+    line.push('\n');
+    line
 }
 
 /// The text of `manifest.toml.sig` for `manifest_bytes` signed by `key`.
 pub fn sign_manifest(manifest_bytes: &[u8], key: &PublisherKey) -> String {
-    signature_line(key.public().key_id(), &key.sign(manifest_bytes))
+    signature_line(&SignatureFile {
+        key_id: key.public().key_id(),
+        signature: key.sign(manifest_bytes),
+        public: Some(key.public()),
+    })
 }
 
-/// Parses exactly what [`signature_line`] writes: one line, single spaces,
-/// one trailing newline. Any other byte makes the file invalid, so no byte of
-/// it can change unnoticed.
-fn parse_signature(text: &str) -> Option<(KeyId, [u8; 64])> {
+/// Parses exactly what [`signature_line`] writes (with or without the
+/// public key): one line, single spaces, one trailing newline. Any other
+/// byte makes the file invalid, so no byte of it can change unnoticed.
+fn parse_signature(text: &str) -> Option<SignatureFile> {
     let mut parts = text.strip_suffix('\n')?.split(' ');
     if parts.next()? != "ed25519" {
         return None;
     }
     let key_id = KeyId::parse(parts.next()?)?;
     let signature: [u8; 64] = BASE64.decode(parts.next()?).ok()?.try_into().ok()?;
-    let parsed = (parts.next().is_none()).then_some((key_id, signature))?;
-    (signature_line(key_id, &signature) == text).then_some(parsed)
+    let public = match parts.next() {
+        None => None,
+        Some(key) => Some(PublicKey::from_bytes(
+            &BASE64.decode(key).ok()?.try_into().ok()?,
+        )?),
+    };
+    let parsed = parts.next().is_none().then_some(SignatureFile {
+        key_id,
+        signature,
+        public,
+    })?;
+    (signature_line(&parsed) == text).then_some(parsed)
+}
+
+/// Checks `file` over `manifest` against the trusted keys: the key it names
+/// must be trusted, the key it carries (if any) must be that key, and the
+/// signature must verify with it. A refusal says which of these failed.
+fn check_signature(
+    file: &SignatureFile,
+    manifest: &[u8],
+    trust: &TrustStore,
+) -> Result<(), VerifyError> {
+    let named = file.key_id;
+    if let Some(carried) = &file.public
+        && carried.key_id() != named
+    {
+        return Err(if carried.verify(manifest, &file.signature) {
+            VerifyError::SignedByAnotherKey {
+                named,
+                signer: carried.key_id(),
+            }
+        } else {
+            VerifyError::KeyMismatch {
+                named,
+                carried: carried.key_id(),
+            }
+        });
+    }
+    let key = trust
+        .get(&named)
+        .ok_or(VerifyError::UntrustedKey { key_id: named })?;
+    if let Some(carried) = &file.public
+        && carried != key
+    {
+        // The same 8-byte id for another key: no signature by the trusted key.
+        return Err(VerifyError::KeyMismatch {
+            named,
+            carried: carried.key_id(),
+        });
+    }
+    if !key.verify(manifest, &file.signature) {
+        return Err(VerifyError::BadSignature {
+            key_id: named,
+            certain: file.public.is_some(),
+        });
+    }
+    Ok(())
 }
 
 /// The exact manifest bytes a release signs: the source manifest followed by
@@ -286,14 +379,9 @@ impl ReleaseBundle {
     /// trusted, the signature over the manifest bytes, the manifest, and then
     /// that the files are exactly those listed, each with its digest.
     pub fn verify(self, trust: &TrustStore) -> Result<VerifiedRelease, VerifyError> {
-        let (key_id, signature) =
-            parse_signature(&self.signature).ok_or(VerifyError::SignatureFormat)?;
-        let key = trust
-            .get(&key_id)
-            .ok_or(VerifyError::UntrustedKey { key_id })?;
-        if !key.verify(&self.manifest_bytes, &signature) {
-            return Err(VerifyError::BadSignature { key_id });
-        }
+        let file = parse_signature(&self.signature).ok_or(VerifyError::SignatureFormat)?;
+        check_signature(&file, &self.manifest_bytes, trust)?;
+        let key_id = file.key_id;
         let text = std::str::from_utf8(&self.manifest_bytes)
             .map_err(|_| VerifyError::Manifest(ManifestError::Syntax("not UTF-8".to_owned())))?;
         let manifest = Manifest::from_toml(text)?;
@@ -456,12 +544,71 @@ mod tests {
     #[test]
     fn signature_lines_parse_strictly() {
         let key = PublisherKey::generate();
-        let line = signature_line(key.public().key_id(), &key.sign(b"x"));
+        let line = sign_manifest(b"x", &key);
         assert!(parse_signature(&line).is_some());
+        // The older line without the public key still parses.
+        let short = line.rsplit_once(' ').unwrap().0.to_owned() + "\n";
+        assert!(parse_signature(&short).is_some_and(|f| f.public.is_none()));
         assert!(parse_signature(&format!("{} extra\n", line.trim())).is_none());
         assert!(parse_signature(&line.replace('\n', "\x0b")).is_none());
         assert!(parse_signature(&line.replace(' ', "  ")).is_none());
         assert!(parse_signature(line.trim()).is_none());
         assert!(parse_signature("ed25519 zz AAAA").is_none());
+    }
+
+    /// What a refused signature says: another key, or a changed manifest.
+    #[test]
+    fn refusals_tell_another_key_from_a_changed_manifest() {
+        let trusted = PublisherKey::generate();
+        let other = PublisherKey::generate();
+        let trust = TrustStore::from_keys([trusted.public()]);
+        let manifest = b"the signed manifest".as_slice();
+        let (t, o) = (trusted.public().key_id(), other.public().key_id());
+
+        // Made with another key, relabelled with the trusted key's id.
+        let relabelled =
+            sign_manifest(manifest, &other).replacen(&o.to_string(), &t.to_string(), 1);
+        let file = parse_signature(&relabelled).unwrap();
+        let err = check_signature(&file, manifest, &trust).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "manifest.toml.sig names key {t}, but the signature was made with key {o}: \
+                 sign again with the key {t}, or have the operator trust {o}"
+            )
+        );
+
+        // Made with the trusted key over other bytes: the manifest changed.
+        let file = parse_signature(&sign_manifest(manifest, &trusted)).unwrap();
+        let err = check_signature(&file, b"the changed manifest", &trust).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the signature of manifest.toml does not verify with key {t}: \
+                 the manifest was changed after signing"
+            )
+        );
+
+        // The older format cannot tell the two apart, and says so.
+        let old = format!("ed25519 {t} {}\n", BASE64.encode(other.sign(manifest)));
+        let err = check_signature(&parse_signature(&old).unwrap(), manifest, &trust).unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("the manifest was changed after signing, or another key signed it"),
+            "{err}"
+        );
+        let old = format!("ed25519 {t} {}\n", BASE64.encode(trusted.sign(manifest)));
+        check_signature(&parse_signature(&old).unwrap(), manifest, &trust).unwrap();
+
+        // A carried key that is neither the named one nor the signer's.
+        let swapped = sign_manifest(manifest, &trusted).replacen(
+            &BASE64.encode(trusted.public().to_bytes()),
+            &BASE64.encode(other.public().to_bytes()),
+            1,
+        );
+        let err = check_signature(&parse_signature(&swapped).unwrap(), manifest, &trust);
+        assert!(
+            matches!(err, Err(VerifyError::KeyMismatch { named, carried }) if named == t && carried == o)
+        );
     }
 }

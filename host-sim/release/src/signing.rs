@@ -74,6 +74,15 @@ impl PublicKey {
         VerifyingKey::from_bytes(&bytes).ok().map(Self)
     }
 
+    pub fn to_bytes(&self) -> [u8; 32] {
+        self.0.to_bytes()
+    }
+
+    /// `None` for bytes that are not an Ed25519 public key.
+    pub fn from_bytes(bytes: &[u8; 32]) -> Option<Self> {
+        VerifyingKey::from_bytes(bytes).ok().map(Self)
+    }
+
     pub fn verify(&self, message: &[u8], signature: &[u8; 64]) -> bool {
         self.0
             .verify_strict(message, &Signature::from_bytes(signature))
