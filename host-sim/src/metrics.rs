@@ -9,9 +9,11 @@
 //! is `unresolved`), a binding name the release declares, a host error
 //! code, a status class. No project, token, user, hostname or id.
 
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
-use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics::{Counter, Histogram, Unit, describe_counter, describe_gauge, describe_histogram};
 use ops_metrics::{Profile, PrometheusHandle};
 
 pub const INVOCATIONS: &str = "host_sim_invocations_total";
@@ -80,6 +82,41 @@ fn describe() {
     );
 }
 
+/// A duration histogram and its counters by one more label, of one series
+/// (an extension's action, or a binding).
+struct Timed {
+    duration: Histogram,
+    counts: HashMap<&'static str, Counter>,
+}
+
+/// The handles of the series recorded on every invocation and binding call,
+/// by their label values: the registry is asked once per series, not once
+/// per event (which built the key and allocated its label strings each
+/// time, a measurable share of a request's CPU).
+#[derive(Default)]
+struct Series {
+    /// Extension → action → duration and counts by outcome.
+    invocations: RwLock<HashMap<String, HashMap<String, Timed>>>,
+    /// Binding → duration and counts by status class.
+    bindings: RwLock<HashMap<String, Timed>>,
+}
+
+fn series() -> &'static Series {
+    static SERIES: OnceLock<Series> = OnceLock::new();
+    SERIES.get_or_init(Series::default)
+}
+
+impl Timed {
+    fn record(&self, count: &str, elapsed: Duration) -> bool {
+        let Some(counter) = self.counts.get(count) else {
+            return false;
+        };
+        self.duration.record(elapsed.as_secs_f64());
+        counter.increment(1);
+        true
+    }
+}
+
 /// Records one finished invocation: `outcome` is `ok`, a host error code
 /// or `action_error`; `refusal` the kind when the host refused it before
 /// the extension ran; `resolved` whether the release declared the
@@ -93,32 +130,75 @@ pub fn invocation(
     resolved: bool,
     elapsed: Duration,
 ) {
+    if !ops_metrics::installed() {
+        return;
+    }
     let (extension, action) = if resolved {
-        (extension.to_string(), action.to_string())
+        (extension, action)
     } else {
-        ("unresolved".to_string(), "unresolved".to_string())
+        ("unresolved", "unresolved")
     };
     if let Some(kind) = refusal {
         metrics::counter!(REFUSALS, "kind" => kind).increment(1);
     }
-    metrics::histogram!(INVOCATION_DURATION, "extension" => extension.clone(), "action" => action.clone())
-        .record(elapsed.as_secs_f64());
-    metrics::counter!(
-        INVOCATIONS,
-        "extension" => extension,
-        "action" => action,
-        "outcome" => outcome
-    )
-    .increment(1);
+    let all = &series().invocations;
+    {
+        let known = all.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(timed) = known.get(extension).and_then(|a| a.get(action))
+            && timed.record(outcome, elapsed)
+        {
+            return;
+        }
+    }
+    let mut known = all.write().unwrap_or_else(|e| e.into_inner());
+    let timed = known
+        .entry(extension.to_owned())
+        .or_default()
+        .entry(action.to_owned())
+        .or_insert_with(|| Timed {
+            duration: metrics::histogram!(
+                INVOCATION_DURATION,
+                "extension" => extension.to_owned(),
+                "action" => action.to_owned()
+            ),
+            counts: HashMap::new(),
+        });
+    timed.counts.entry(outcome).or_insert_with(|| {
+        metrics::counter!(
+            INVOCATIONS,
+            "extension" => extension.to_owned(),
+            "action" => action.to_owned(),
+            "outcome" => outcome
+        )
+    });
+    timed.record(outcome, elapsed);
 }
 
 /// Records one binding call that went out (`binding` is declared by the
 /// release: the call was authorized).
 pub fn binding_call(binding: &str, class: &'static str, elapsed: Duration) {
-    metrics::histogram!(BINDING_DURATION, "binding" => binding.to_string())
-        .record(elapsed.as_secs_f64());
-    metrics::counter!(BINDING_CALLS, "binding" => binding.to_string(), "status_class" => class)
-        .increment(1);
+    if !ops_metrics::installed() {
+        return;
+    }
+    let all = &series().bindings;
+    {
+        let known = all.read().unwrap_or_else(|e| e.into_inner());
+        if known
+            .get(binding)
+            .is_some_and(|timed| timed.record(class, elapsed))
+        {
+            return;
+        }
+    }
+    let mut known = all.write().unwrap_or_else(|e| e.into_inner());
+    let timed = known.entry(binding.to_owned()).or_insert_with(|| Timed {
+        duration: metrics::histogram!(BINDING_DURATION, "binding" => binding.to_owned()),
+        counts: HashMap::new(),
+    });
+    timed.counts.entry(class).or_insert_with(|| {
+        metrics::counter!(BINDING_CALLS, "binding" => binding.to_owned(), "status_class" => class)
+    });
+    timed.record(class, elapsed);
 }
 
 /// The class of an HTTP status: `2xx` … `5xx`, `other`.

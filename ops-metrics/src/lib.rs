@@ -61,6 +61,12 @@ pub fn install(profile: &Profile) -> PrometheusHandle {
         .clone()
 }
 
+/// Whether [`install`] ran in this process: before it every record is a
+/// no-op, so a service need not look up (or cache) any series.
+pub fn installed() -> bool {
+    HANDLE.get().is_some()
+}
+
 /// `GET /metrics`: runs `refresh` (gauges read at scrape time), then
 /// renders everything recorded.
 pub fn router<F, Fut>(handle: PrometheusHandle, refresh: F) -> Router
