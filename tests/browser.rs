@@ -10,7 +10,9 @@
 //! panel state, with the panel's iframe sized to its content at three widths
 //! (screenshots in `target/browser/panel-<width>.png`); and
 //! (`tests/browser/oauth_consent.spec.mjs`) a person authorizes an MCP
-//! client on the consent page and disconnects it in "Connected apps".
+//! client on the consent page and disconnects it in "Connected apps"; and
+//! (`tests/browser/developer_view.spec.mjs`) a plugin developer runs an
+//! action from `host-sim dev`'s developer view and sees its log line.
 //!
 //! Needs `node`, `/usr/bin/chromium` (or `$CHROMIUM`) and
 //! `tests/browser/node_modules/{playwright-core,axe-core}`. `.ci/run`
@@ -275,6 +277,75 @@ fn a_person_authorizes_an_mcp_client_on_the_consent_page_and_disconnects_it() {
             .unwrap()
             .is_empty()
     );
+}
+
+// ---- a plugin developer's view in `host-sim dev` ----------------------------
+
+/// `host-sim dev` running the analytics plugin's component (its manifest
+/// without the panel) against the provider fake; stopped when dropped.
+struct DevHost(std::process::Child);
+
+impl Drop for DevHost {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_plugin_developer_runs_an_action_from_the_developer_view_and_sees_its_log() {
+    if !browser_tools_present() {
+        return;
+    }
+    let secret = "developer-view-secret-7d41";
+    let fake = umami_fake::UmamiFake::start(umami_fake::FakeConfig::new(secret)).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(
+        work.path().join("manifest.toml"),
+        workspace_tests::manifest_without_panel(),
+    )
+    .unwrap();
+    std::fs::write(work.path().join("provider.secret"), secret).unwrap();
+    let mut child = Command::new(workspace_tests::server_binary("host-sim"))
+        .current_dir(work.path())
+        .args(["dev", "--manifest", "manifest.toml", "--component"])
+        .arg(workspace_tests::release_dir().join("plugin.wasm"))
+        .arg("--binding")
+        .arg(format!(
+            "provider={},secret-file=provider.secret",
+            fake.base_url()
+        ))
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("host-sim dev starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let dev = DevHost(child);
+    // host-sim dev prints `listening <url>`, `token <token>`, `project <id>`.
+    let mut printed = std::collections::BTreeMap::new();
+    while printed.len() < 3 {
+        let line = lines
+            .next()
+            .expect("host-sim dev printed its URL, token and project")
+            .unwrap();
+        if let Some((key, value)) = line.split_once(' ')
+            && ["listening", "token", "project"].contains(&key)
+        {
+            printed.insert(key.to_owned(), value.to_owned());
+        }
+    }
+    run_spec(
+        "developer_view.spec.mjs",
+        &[
+            ("BASE_URL", printed["listening"].clone().into()),
+            ("TOKEN", printed["token"].clone().into()),
+            ("PROJECT", printed["project"].clone().into()),
+            ("EXTENSION", support::EXTENSION.into()),
+        ],
+    );
+    drop(dev);
 }
 
 // ---- the tracking domain ----------------------------------------------------

@@ -81,3 +81,16 @@ pub fn server_binary(name: &str) -> PathBuf {
         &format!("cargo build --bin {name}"),
     )
 }
+
+/// The analytics plugin's source manifest without its `[panel]` table: a
+/// development build of the component alone (`host-sim dev`, the test host)
+/// ships no panel files.
+pub fn manifest_without_panel() -> String {
+    let source = std::fs::read_to_string(workspace_root().join("manifest.toml"))
+        .expect("the workspace's manifest.toml");
+    let without = source
+        .replace("[panel]\n", "")
+        .replace("entry = \"panel/index.html\"\n", "");
+    assert_ne!(without, source, "the manifest has a panel to take out");
+    without
+}

@@ -272,6 +272,14 @@ fn component_in(target_dir: &Path) -> PathBuf {
 }
 
 #[test]
+fn the_guest_writes_its_actions_where_the_host_reads_them() {
+    assert_eq!(
+        extension_guest::action::ACTIONS_SECTION,
+        extension_release::component::ACTIONS_SECTION
+    );
+}
+
+#[test]
 fn the_host_answers_every_guest_error_code_with_its_status() {
     for code in extension_guest::ErrorCode::ALL {
         let error = host_sim::InvokeError::Action {
@@ -287,17 +295,20 @@ fn the_host_answers_every_guest_error_code_with_its_status() {
     }
 }
 
-/// `host-sim dev` running: its stdout lines arrive on a channel; stopped
-/// with SIGTERM (so it removes its state) when dropped.
+/// `host-sim dev` running: its stdout lines arrive on a channel, its log
+/// (stderr) is kept and passed on; stopped with SIGTERM (so it removes its
+/// state) when dropped.
 struct Dev {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Dev {
     fn start(command: &mut Command) -> Self {
         let mut child = command
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("host-sim dev starts");
         let stdout = child.stdout.take().unwrap();
@@ -310,7 +321,31 @@ impl Dev {
                 }
             }
         });
-        Self { child, lines }
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("host-sim dev: {line}");
+                let mut kept = kept.lock().unwrap();
+                kept.push_str(&line);
+                kept.push('\n');
+            }
+        });
+        Self { child, lines, log }
+    }
+
+    /// Waits until the host's log has a line containing `text`.
+    fn expect_log(&self, text: &str, within: Duration) {
+        let until = std::time::Instant::now() + within;
+        while !self.log.lock().unwrap().contains(text) {
+            assert!(
+                std::time::Instant::now() < until,
+                "host-sim dev logged no `{text}`"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The value of the next stdout line starting with `key `.
@@ -412,7 +447,7 @@ fn the_first_extension_tutorial_works_as_written() {
     );
     let Some(version) = cargo_component_version() else {
         missing(
-            "cargo-component is not installed: `cargo install cargo-component --version 0.21.1 --locked`",
+            "cargo-component is not installed: `cargo install cargo-component --version 0.21.1 --locked --debug`",
         );
         return;
     };
@@ -447,12 +482,35 @@ fn the_first_extension_tutorial_works_as_written() {
     build();
     let component = component_in(&online);
     // The project's own tests: the built component in the in-process test host.
-    run(Command::new("cargo")
-        .current_dir(&project)
-        .args(["test", "--quiet"])
-        .env("CARGO_TARGET_DIR", targets.join("native"))
-        .env("EXTENSION_COMPONENT", &component)
-        .env_remove("RUSTFLAGS"));
+    let project_tests = || {
+        let mut command = Command::new("cargo");
+        command
+            .current_dir(&project)
+            .args(["test", "--quiet"])
+            .env("CARGO_TARGET_DIR", targets.join("native"))
+            .env("EXTENSION_COMPONENT", &component)
+            .env_remove("RUSTFLAGS");
+        command
+    };
+    run(&mut project_tests());
+
+    // A source in a subfolder of src/ changed after the build: the tests
+    // refuse the old component instead of testing yesterday's code.
+    let helper = project.join("src/util/mod.rs");
+    std::fs::create_dir_all(helper.parent().unwrap()).unwrap();
+    std::fs::write(&helper, "// a helper, not built yet\n").unwrap();
+    let stale = output(&mut project_tests());
+    let said = String::from_utf8_lossy(&stale.stdout).into_owned()
+        + &String::from_utf8_lossy(&stale.stderr);
+    assert!(
+        !stale.status.success(),
+        "a stale component is refused: {said}"
+    );
+    assert!(
+        said.contains("is older than src/util/mod.rs: run `cargo component build --release` again"),
+        "{said}"
+    );
+    std::fs::remove_dir_all(helper.parent().unwrap()).unwrap();
 
     // `host-sim dev` with the stand-in upstream and a secret file.
     let (origin, seen) = upstream(&project);
@@ -475,6 +533,8 @@ fn the_first_extension_tutorial_works_as_written() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body, json!({ "message": "Hello, Ada!", "count": 1 }));
     assert!(first_generation > 0);
+    // The extension's own log line, shown by default while developing.
+    dev.expect_log("greeted Ada", Duration::from_secs(5));
     assert_eq!(
         greet_over_mcp(&base, &token, "Grace"),
         json!({ "message": "Hello, Grace!", "count": 2 })
@@ -511,6 +571,25 @@ fn the_first_extension_tutorial_works_as_written() {
         "Hello, Grace! Nice to see you."
     );
     drop(dev);
+    // The tutorial's next step: the project's test expects the old message
+    // until its two expected messages are updated as the tutorial says.
+    let stale_expectation = output(&mut project_tests());
+    assert!(
+        !stale_expectation.status.success(),
+        "tests/greet.rs still expects the old message"
+    );
+    let test_file = project.join("tests/greet.rs");
+    let test_source = std::fs::read_to_string(&test_file).unwrap();
+    let updated = test_source
+        .replace("\"Hello, Ada!\"", "\"Hello, Ada! Nice to see you.\"")
+        .replace("\"Hello, Grace!\"", "\"Hello, Grace! Nice to see you.\"");
+    assert_eq!(
+        updated.matches("Nice to see you.").count(),
+        2,
+        "the tutorial's two expected messages are in tests/greet.rs"
+    );
+    std::fs::write(&test_file, updated).unwrap();
+    run(&mut project_tests());
     {
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 4, "one upstream request per greeting: {seen:?}");

@@ -74,9 +74,11 @@ struct Cli {
     /// secrets [default: <state-dir>/master.key, made on the first open].
     #[arg(long, global = true, env = "HOST_SIM_MASTER_KEY_FILE")]
     master_key_file: Option<PathBuf>,
-    /// Log filter for the host log on stderr (e.g. `info`, `host_sim=debug`).
-    #[arg(long, global = true, env = "HOST_SIM_LOG", default_value = "warn")]
-    log: String,
+    /// Log filter for the host log on stderr (e.g. `info`, `host_sim=debug`)
+    /// [default: `warn`; for `dev`, `warn,host_sim::guest=debug`: the
+    /// extension's own log lines are shown while developing].
+    #[arg(long, global = true, env = "HOST_SIM_LOG")]
+    log: Option<String>,
     /// Host log lines: `text` for people, `json` (one object a line, with
     /// the request's fields) for log collectors.
     #[arg(
@@ -185,8 +187,12 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let default_log = match cli.command {
+        Command::Dev(_) => "warn,host_sim::guest=debug",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(cli.log.as_deref().unwrap_or(default_log))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

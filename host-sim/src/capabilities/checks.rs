@@ -28,7 +28,25 @@ pub struct CallChecks {
     /// The project's binding secrets (`None`: not read yet).
     secrets: Option<Vec<Secret>>,
     cache: Reused,
+    /// The last host call this invocation's guest was refused, as the host
+    /// log has it (binding, method, path and the manifest rule that would
+    /// allow it): added to the guest's error for developers.
+    last_refusal: Option<String>,
+    /// The guest's log lines of this invocation, when a development host
+    /// keeps them for its developer view (`None`: not kept).
+    guest_log: Option<Vec<GuestLogLine>>,
 }
+
+/// One line the guest wrote to its log, as the host logged it (redacted,
+/// cut to the longest line kept).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GuestLogLine {
+    pub level: &'static str,
+    pub message: String,
+}
+
+/// At most this many guest log lines are kept per invocation.
+const MAX_KEPT_LOG_LINES: usize = 100;
 
 /// What the call-time checks of this invocation read, valid while the
 /// state's version holds.
@@ -58,6 +76,8 @@ impl CallChecks {
             grant_revoked: false,
             secrets: None,
             cache: Reused::default(),
+            last_refusal: None,
+            guest_log: None,
         }
     }
 
@@ -174,6 +194,40 @@ impl CallChecks {
             approved: check.approved,
             binding,
         })
+    }
+
+    /// Keeps this invocation's guest log lines (see [`CallChecks::take_guest_log`]).
+    pub fn keep_guest_log(&mut self) {
+        self.guest_log = Some(Vec::new());
+    }
+
+    /// Records a guest log line if they are kept (the first
+    /// [`MAX_KEPT_LOG_LINES`]).
+    pub fn record_guest_log(&mut self, level: &'static str, message: &str) {
+        if let Some(lines) = &mut self.guest_log
+            && lines.len() < MAX_KEPT_LOG_LINES
+        {
+            lines.push(GuestLogLine {
+                level,
+                message: message.to_owned(),
+            });
+        }
+    }
+
+    /// The kept guest log lines (empty when none were kept).
+    pub fn take_guest_log(&mut self) -> Vec<GuestLogLine> {
+        self.guest_log.take().unwrap_or_default()
+    }
+
+    /// Notes a refused host call (see [`CallChecks::last_refusal`]).
+    pub fn note_refusal(&mut self, message: &str) {
+        self.last_refusal = Some(message.to_owned());
+    }
+
+    /// The host's words for the last host call it refused in this
+    /// invocation: what a development host adds to the guest's error.
+    pub fn last_refusal(&self) -> Option<&str> {
+        self.last_refusal.as_deref()
     }
 
     /// A host call found the grant revoked: the whole invocation is refused.

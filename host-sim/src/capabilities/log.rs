@@ -51,6 +51,13 @@ impl log::Host for LogCtxView<'_> {
     fn write(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
         self.checks.charge_host_call()?;
         let message = line(self.checks, message);
+        let name = match level {
+            Level::Debug => "debug",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Error => "error",
+        };
+        self.checks.record_guest_log(name, &message);
         let scope = self.checks.scope();
         let (request_id, extension, project) =
             (&scope.request_id, &scope.extension_id, &scope.project_id);

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::Host;
 use crate::capabilities::InvocationScope;
+use crate::capabilities::checks::GuestLogLine;
 use crate::capabilities::context::ContextCtx;
 use crate::error::{InvokeError, Limit};
 use crate::pool::{InstantiationSamples, LoadError};
@@ -81,6 +82,9 @@ pub struct Invocation {
     /// The generation the action ran under (known once the checks passed).
     pub generation: Option<u64>,
     pub result: Result<Value, InvokeError>,
+    /// The guest's log lines, kept by a development host only (the
+    /// console's developer view shows them); empty elsewhere.
+    pub log: Vec<GuestLogLine>,
 }
 
 impl Invocation {
@@ -123,8 +127,9 @@ impl Host {
         let request_id = new_request_id();
         let started = Instant::now();
         let mut generation = None;
+        let mut log = Vec::new();
         let in_flight = self.pool.enter();
-        let result = self.run(caller, request, &request_id, &mut generation);
+        let result = self.run(caller, request, &request_id, &mut generation, &mut log);
         drop(in_flight);
         let elapsed = started.elapsed();
         let elapsed_us = elapsed.as_micros() as u64;
@@ -163,6 +168,7 @@ impl Host {
             request_id,
             generation,
             result,
+            log,
         }
     }
 
@@ -172,6 +178,7 @@ impl Host {
         request: &InvokeRequest,
         request_id: &str,
         generation_out: &mut Option<u64>,
+        log_out: &mut Vec<GuestLogLine>,
     ) -> Result<Value, InvokeError> {
         let snapshot = self
             .state
@@ -275,12 +282,16 @@ impl Host {
             provider_origin,
         };
         let (mut store, instance) = self.pool.store(&key, &pre, scope, context)?;
-        store.get().data_mut().checks().seed(
+        let checks = store.get().data_mut().checks();
+        checks.seed(
             snapshot.version,
             snapshot.granted,
             &snapshot.approved,
             &snapshot.bindings,
         );
+        if self.development {
+            checks.keep_guest_log();
+        }
         let outcome = instance.platform_extension_extension().call_invoke(
             store.get(),
             &request.action,
@@ -289,6 +300,7 @@ impl Host {
         let data = store.get().data_mut();
         data.flush_guest_output();
         let checks = data.checks();
+        *log_out = checks.take_guest_log();
         if checks.grant_revoked() {
             return Err(InvokeError::NotGranted {
                 extension: request.extension.clone(),
@@ -331,7 +343,18 @@ impl Host {
                 } else {
                     "internal".to_string()
                 };
-                let mut message = checks.redact(error.message);
+                let mut message = error.message;
+                // A development host (`host-sim dev`, the test host) tells the
+                // developer what the host refused and the manifest rule that
+                // would allow it; an operator's host keeps the guest's words
+                // (its log has the refusal).
+                if self.development
+                    && let Some(refusal) = checks.last_refusal()
+                    && !message.contains(refusal)
+                {
+                    message = format!("{message} (the host refused: {refusal})");
+                }
+                let mut message = checks.redact(message);
                 if message.len() > 2000 {
                     let mut cut = 2000;
                     while !message.is_char_boundary(cut) {

@@ -3,7 +3,8 @@
 //! The route and method select the action by the manifest's `http` field.
 //! `GET` input comes from the query string (values converted to the type
 //! the input schema declares for that property), `POST`/`PUT`/`PATCH` input
-//! from a JSON object body of at most the sandbox's input limit. The caller
+//! from a JSON object body of at most the sandbox's input limit (an empty
+//! body is the empty object: an action without input needs no `{}`). The caller
 //! sends `Authorization: Bearer <token>` and may send
 //! `X-Runtime-Generation: <n>`; every answer carries `X-Request-Id`, and a
 //! successful one `X-Runtime-Generation`. The body of a success is the
@@ -258,7 +259,8 @@ fn escape_pointer(name: &str) -> String {
     name.replace('~', "~0").replace('/', "~1")
 }
 
-/// The input object of a `POST`: a JSON object of at most `limit` bytes.
+/// The input object of a `POST`: a JSON object of at most `limit` bytes; an
+/// empty body is `{}` (the input schema then names any required field).
 async fn body_input(body: Body, limit: usize) -> Result<Value, InputError> {
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
         (
@@ -268,7 +270,7 @@ async fn body_input(body: Body, limit: usize) -> Result<Value, InputError> {
         )
     })?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(invalid("the request body must be a JSON object".into()));
+        return Ok(Value::Object(serde_json::Map::new()));
     }
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| invalid(format!("the request body is not valid JSON: {e}")))?;

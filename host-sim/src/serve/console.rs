@@ -226,7 +226,7 @@ pub(super) fn escape(text: &str) -> String {
     html_escape::encode_double_quoted_attribute(text).into_owned()
 }
 
-fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response {
+pub(super) fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response {
     sign_in_page_to(status, problem, None)
 }
 
@@ -283,7 +283,7 @@ pub(super) fn sign_in_page_to(
 }
 
 /// The caller's access, or the page/answer to give instead.
-async fn access(shared: &Shared, caller: Caller) -> Result<TokenAccess, InvokeError> {
+pub(super) async fn access(shared: &Shared, caller: Caller) -> Result<TokenAccess, InvokeError> {
     caller_access(&shared.host, &caller).await
 }
 
@@ -338,7 +338,7 @@ async fn home(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     )
 }
 
-fn problem_page(error: &InvokeError) -> Response {
+pub(super) fn problem_page(error: &InvokeError) -> Response {
     let status = super::http_status(error);
     page(
         status,
@@ -484,6 +484,18 @@ async fn project_page(
                 entry = escape(&entry),
             ),
             None => "<p>This extension has no panel.</p>".to_string(),
+        };
+        // A development host: the extension's actions, their logs and the
+        // project's documents, one link away.
+        let body = if shared.host.is_development() {
+            format!(
+                "{body}\n<p class=\"develop-link\"><a href=\"{}\">Developer view of {}</a>: \
+                 run its actions from forms, see their output and log lines, and the project's documents.</p>",
+                super::develop::develop_url(&project, extension),
+                escape(extension)
+            )
+        } else {
+            body
         };
         sections.push_str(&format!(
             "<section class=\"extension\" aria-labelledby=\"ext-{e}\">\n<h2 id=\"ext-{e}\">{e}</h2>\n{body}\n</section>\n",

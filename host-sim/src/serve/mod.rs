@@ -19,6 +19,7 @@
 
 mod api;
 mod console;
+mod develop;
 mod ingress;
 mod mcp;
 pub mod metrics;
@@ -82,6 +83,8 @@ pub(crate) struct Shared {
     pub host: Arc<Host>,
     pub options: Arc<ServeOptions>,
     pub console: Arc<ConsoleSessions>,
+    /// The developer view's recent invocations (`host-sim dev` only).
+    pub develop: Arc<develop::DeveloperLog>,
     pub oauth: Arc<oauth::OAuthShared>,
     /// The tracking ingress's forwarding client.
     pub ingress: Option<Arc<reqwest::Client>>,
@@ -93,6 +96,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
         host: host.clone(),
         options: Arc::new(options),
         console: Arc::new(console::Sessions::default()),
+        develop: Arc::default(),
         oauth: Arc::default(),
         ingress: ingress::client().map(Arc::new),
     };
@@ -101,6 +105,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
         .route("/readyz", get(move || ready(host.clone())))
         .merge(api::routes(shared.clone()))
         .merge(console::routes(shared.clone()))
+        .merge(develop::routes(shared.clone()))
         .merge(mcp::routes(shared.clone()))
         .merge(oauth::routes(shared.clone()))
         .fallback(|| async {
@@ -226,6 +231,7 @@ pub(crate) async fn invoke(host: &Arc<Host>, caller: Caller, request: InvokeRequ
                 result: Err(InvokeError::Internal(
                     "the invocation failed; see the host log".into(),
                 )),
+                log: Vec::new(),
             }
         }
     }
@@ -321,6 +327,7 @@ fn action_status(code: &str) -> StatusCode {
         "limit_exceeded" => StatusCode::TOO_MANY_REQUESTS,
         "unauthenticated" => StatusCode::UNAUTHORIZED,
         "forbidden" => StatusCode::FORBIDDEN,
+        "not_implemented" => StatusCode::NOT_IMPLEMENTED,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

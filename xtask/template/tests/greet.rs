@@ -34,17 +34,30 @@ fn component() -> PathBuf {
                 path.display()
             )
         });
-    let newest_source = std::fs::read_dir(project_dir().join("src"))
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.metadata().ok()?.modified().ok())
-        .max()
-        .unwrap();
+    let (newest, source) = newest_file(&project_dir().join("src")).expect("src/ has files");
     assert!(
-        built >= newest_source,
-        "{} is older than src/: run `cargo component build --release` again",
-        path.display()
+        built >= newest,
+        "{} is older than {}: run `cargo component build --release` again",
+        path.display(),
+        source.strip_prefix(project_dir()).unwrap_or(&source).display()
     );
     path
+}
+
+/// The most recently modified file under `dir`, in every subfolder.
+fn newest_file(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let meta = entry.metadata().ok()?;
+            if meta.is_dir() {
+                newest_file(&entry.path())
+            } else {
+                Some((meta.modified().ok()?, entry.path()))
+            }
+        })
+        .max()
 }
 
 fn test_host() -> TestHostBuilder {

@@ -36,7 +36,7 @@ use super::checks::CallChecks;
 use crate::bindings::platform::extension::http_binding::{self, BindingError, Request, Response};
 use crate::spec::http_capability;
 use crate::state::Binding;
-use request::{What, check_shape};
+use request::{What, check_shape, printable};
 
 /// Work an embedder does while a guest waits on a binding's answer (after
 /// the request is on the wire), on the waiting thread.
@@ -145,7 +145,7 @@ pub fn authorize(
     if !granted {
         checks.revoke();
         return Ok(Err(refuse(
-            &scope.request_id,
+            checks,
             BindingError::NotGranted(format!(
                 "{what}: {} is not granted to project {}",
                 scope.extension_id, scope.project_id
@@ -154,15 +154,17 @@ pub fn authorize(
     }
     let Some(rules) = scope.spec.http_rules(name) else {
         return Ok(Err(refuse(
-            &scope.request_id,
+            checks,
             BindingError::CapabilityDenied(format!(
-                "{what}: the manifest declares no capability {capability}"
+                "{what}: the manifest declares no capability {capability}; \
+                 declare it as [capabilities.http.{}] with an allow rule for this request",
+                printable(name)
             )),
         )));
     };
     if !approved {
         return Ok(Err(refuse(
-            &scope.request_id,
+            checks,
             BindingError::CapabilityDenied(format!(
                 "{what}: capability {capability} is not approved"
             )),
@@ -170,7 +172,7 @@ pub fn authorize(
     }
     if let Err(problem) = check_shape(&request) {
         return Ok(Err(refuse(
-            &scope.request_id,
+            checks,
             BindingError::InvalidRequest(format!("{what}: {problem}")),
         )));
     }
@@ -180,15 +182,17 @@ pub fn authorize(
         .any(|rule| rule.matches(&method, &request.path))
     {
         return Ok(Err(refuse(
-            &scope.request_id,
+            checks,
             BindingError::CapabilityDenied(format!(
-                "{what}: outside the approved capability {capability}"
+                "{what}: outside the approved capability {capability}; to allow it, add \
+                 {} to [capabilities.http.{name}] allow in manifest.toml",
+                allow_rule(&method, &request.path)
             )),
         )));
     }
     let Some(binding) = bound else {
         return Ok(Err(refuse(
-            &scope.request_id,
+            checks,
             BindingError::NotBound(format!(
                 "{what}: project {} has no binding {name}",
                 scope.project_id
@@ -202,7 +206,7 @@ pub fn authorize(
         .find(|(h, _)| h.eq_ignore_ascii_case(auth_header))
     {
         return Ok(Err(refuse(
-            &scope.request_id,
+            checks,
             BindingError::InvalidRequest(format!("{what}: header {header} is set by the host")),
         )));
     }
@@ -217,7 +221,7 @@ pub fn authorize(
         .saturating_sub(ctx.response_bytes);
     if budget == 0 {
         return Ok(Err(refuse(
-            &scope.request_id,
+            checks,
             BindingError::LimitExceeded(format!(
                 "{what}: the invocation used up its response budget of {} bytes",
                 ctx.max_total_response_bytes
@@ -236,9 +240,21 @@ pub fn authorize(
     }))
 }
 
-fn refuse(request_id: &str, error: BindingError) -> BindingError {
-    tracing::warn!(request_id, refusal = %binding_error_message(&error), "binding call refused");
+/// Logs a refusal and notes it for the developer's error (see
+/// [`CallChecks::last_refusal`]); the guest gets `error` as it is.
+fn refuse(checks: &mut CallChecks, error: BindingError) -> BindingError {
+    let message = binding_error_message(&error);
+    tracing::warn!(request_id = %checks.scope().request_id, refusal = %message, "binding call refused");
+    checks.note_refusal(message);
     error
+}
+
+/// The manifest allow rule that would let `method` `path` through, as TOML
+/// (`{ method = "GET", path = "/x" }`); a path that is no valid pattern is
+/// shown as it is, quoted.
+fn allow_rule(method: &str, path: &str) -> String {
+    let quote = |text: &str| serde_json::Value::String(printable(text)).to_string();
+    format!("{{ method = {}, path = {} }}", quote(method), quote(path))
 }
 
 /// The message of a binding error, whatever its kind.
@@ -346,7 +362,14 @@ mod tests {
         else {
             panic!("not denied")
         };
-        assert!(m.contains("outside the approved capability"), "{m}");
+        assert!(
+            m.ends_with(
+                "outside the approved capability http:provider; to allow it, add \
+                 { method = \"GET\", path = \"/api/me\" } to [capabilities.http.provider] allow in manifest.toml"
+            ),
+            "{m}"
+        );
+        assert_eq!(checks.last_refusal(), Some(m.as_str()));
         let mut post = get("/api/items/7");
         post.method = "POST".into();
         assert!(matches!(
