@@ -338,6 +338,16 @@ async fn home(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     )
 }
 
+/// The developer view of `extension` in `project` (`develop.rs`, a
+/// development host only), HTML-escaped for an attribute.
+pub(super) fn develop_url(project: &str, extension: &str) -> String {
+    format!(
+        "/console/projects/{}/extensions/{}/develop",
+        escape(project),
+        escape(extension)
+    )
+}
+
 pub(super) fn problem_page(error: &InvokeError) -> Response {
     let status = super::http_status(error);
     page(
@@ -491,7 +501,7 @@ async fn project_page(
             format!(
                 "{body}\n<p class=\"develop-link\"><a href=\"{}\">Developer view of {}</a>: \
                  run its actions from forms, see their output and log lines, and the project's documents.</p>",
-                super::develop::develop_url(&project, extension),
+                develop_url(&project, extension),
                 escape(extension)
             )
         } else {

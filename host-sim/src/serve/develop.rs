@@ -18,7 +18,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use serde_json::{Map, Value};
 
-use super::console::{access, escape, header_bar, page, problem_page, same_origin, sign_in_page};
+use super::console::{
+    access, develop_url, escape, header_bar, page, problem_page, same_origin, sign_in_page,
+};
 use super::{Shared, api, host_query};
 use crate::capabilities::checks::GuestLogLine;
 use crate::error::InvokeError;
@@ -68,14 +70,6 @@ pub(super) fn routes(shared: Shared) -> Router {
             get(view).post(run),
         )
         .with_state(shared)
-}
-
-pub(super) fn develop_url(project: &str, extension: &str) -> String {
-    format!(
-        "/console/projects/{}/extensions/{}/develop",
-        escape(project),
-        escape(extension)
-    )
 }
 
 /// The signed-in caller with access to the extension in the project, or
