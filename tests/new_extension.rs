@@ -25,7 +25,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use host_sim::{AuthStyle, Caller, Host, HostConfig, InvokeRequest, Secret};
+use host_sim::{Caller, Host, HostConfig, InvokeRequest};
 use serde_json::json;
 use workspace_tests::workspace_root;
 
@@ -214,19 +214,49 @@ fn publishes_and_runs_in_host_sim(project: &Path, component: &Path) {
         String::from_utf8_lossy(&installed.stderr)
     );
 
-    let host = Host::open(HostConfig::new(&state)).unwrap();
+    // The operator's steps of the tutorial: approve, grant, bind (the
+    // secret on stdin, as the tutorial pipes it).
     let (origin, seen) = upstream(project);
-    host.approve(NAME, &[]).unwrap();
-    host.grant(NAME, PROJECT).unwrap();
-    host.set_binding(
+    let operator = |args: &[&str]| {
+        let mut command = Command::new(&bin);
+        command.arg("--state-dir").arg(&state).args(args);
+        command
+    };
+    succeeded(&mut operator(&["approve", NAME]));
+    succeeded(&mut operator(&[
+        "grant",
+        "--extension",
+        NAME,
+        "--project",
         PROJECT,
+    ]));
+    let mut bind = operator(&[
+        "binding",
+        "set",
+        "--project",
+        PROJECT,
+        "--name",
         "upstream",
+        "--origin",
         &origin,
-        Secret::new(SECRET),
-        AuthStyle::Bearer,
-        Duration::from_secs(5),
-    )
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
     .unwrap();
+    bind.stdin
+        .take()
+        .unwrap()
+        .write_all(SECRET.as_bytes())
+        .unwrap();
+    let bound = bind.wait_with_output().unwrap();
+    assert!(
+        bound.status.success(),
+        "binding set: {}",
+        String::from_utf8_lossy(&bound.stderr)
+    );
+    let host = Host::open(HostConfig::new(&state)).unwrap();
     let token = host
         .issue_token("dev", &[PROJECT.to_owned()], Duration::from_secs(600))
         .unwrap()
