@@ -325,6 +325,23 @@ fn the_host_answers_every_guest_error_code_with_its_status() {
     }
 }
 
+/// The code block after `<!-- tutorial: {marker} -->` in the tutorial.
+fn snippet(tutorial: &str, marker: &str) -> String {
+    let after = tutorial
+        .split_once(&format!("<!-- tutorial: {marker} -->"))
+        .unwrap_or_else(|| panic!("docs/first-extension.md has no `{marker}` snippet"))
+        .1;
+    let body = after
+        .trim_start()
+        .split_once('\n')
+        .expect("a fenced block follows the marker")
+        .1;
+    body.split_once("```")
+        .expect("the fenced block ends")
+        .0
+        .to_owned()
+}
+
 /// `host-sim dev` running: its stdout lines arrive on a channel, its log
 /// (stderr) is kept and passed on; stopped with SIGTERM (so it removes its
 /// state) when dropped.
@@ -599,6 +616,71 @@ fn the_first_extension_tutorial_works_as_written() {
     assert_eq!(
         greet_over_mcp(&base, &token, "Grace")["message"],
         "Hello, Grace! Nice to see you."
+    );
+
+    // The second action, from the tutorial's own two snippets.
+    let tutorial = std::fs::read_to_string(root.join("docs/first-extension.md")).unwrap();
+    let manifest_path = project.join("manifest.toml");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap();
+    std::fs::write(
+        &manifest_path,
+        format!(
+            "{manifest}\n{}",
+            snippet(&tutorial, "manifest.toml addition")
+        ),
+    )
+    .unwrap();
+    let source = std::fs::read_to_string(&lib).unwrap();
+    let with_count = source
+        .replacen(
+            "extension_guest::actions! {",
+            &format!(
+                "{}\nextension_guest::actions! {{",
+                snippet(&tutorial, "src/lib.rs addition")
+            ),
+            1,
+        )
+        .replacen(
+            "    GREET => greet,\n",
+            "    GREET => greet,\n    \"hello_ext.count\" => count,\n",
+            1,
+        );
+    assert_eq!(
+        with_count.matches("count,").count() + with_count.matches("pub fn count").count(),
+        2,
+        "the handler and its actions! line went into src/lib.rs"
+    );
+    std::fs::write(&lib, with_count).unwrap();
+    build();
+    // A manifest and a build that disagree (between the two edits) are
+    // refused; the running build stays until they agree.
+    let counted_generation = loop {
+        let line = dev
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("host-sim dev reloads the second action");
+        if line == "reload failed" {
+            continue;
+        }
+        break line
+            .strip_prefix("reloaded generation ")
+            .unwrap_or_else(|| panic!("host-sim dev printed `{line}`"))
+            .parse::<u64>()
+            .unwrap();
+    };
+    assert!(counted_generation > reloaded);
+    let count = reqwest::blocking::Client::new()
+        .get(format!(
+            "{base}/v1/plugins/{NAME}/projects/{DEV_PROJECT}/api/count"
+        ))
+        .bearer_auth(&token)
+        .send()
+        .unwrap();
+    assert_eq!(count.status(), 200);
+    assert_eq!(
+        count.json::<serde_json::Value>().unwrap(),
+        json!({ "count": 4 }),
+        "four greetings so far"
     );
     drop(dev);
     // The tutorial's next step: the project's test expects the old message
