@@ -56,3 +56,16 @@ impl SandboxLimits {
         (self.deadline.as_nanos().div_ceil(tick)).max(1) as u64
     }
 }
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marking a
+/// cut with `…` (text shown to people: log lines, the developer view).
+pub fn cut_with_ellipsis(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.push('…');
+    }
+}

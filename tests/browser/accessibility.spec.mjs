@@ -23,8 +23,7 @@
 
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
-import { audit, check, log, required, STEP_TIMEOUT_MS } from "./support.mjs";
+import { STEP_TIMEOUT_MS, audit, check, launchChromium, log, required, watchProblems } from "./support.mjs";
 
 const BROWSER_UA =
   "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0 Safari/537.36";
@@ -132,21 +131,12 @@ try {
   const origin = new URL(consoleUrl).origin;
 
   step = `launching ${executablePath}`;
-  browser = await chromium.launch({
-    executablePath,
-    headless: true,
-    args: process.getuid?.() === 0 ? ["--no-sandbox"] : [],
-  });
+  browser = await launchChromium(executablePath);
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin });
   page = await context.newPage();
   page.setDefaultTimeout(STEP_TIMEOUT_MS);
-  page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
-  page.on("response", (response) => {
-    if (response.status() >= 500) {
-      problems.push(`${response.request().method()} ${response.url()} answered ${response.status()}`);
-    }
-  });
+  watchProblems(page, problems);
   await page.emulateMedia({ colorScheme: "light", reducedMotion: "no-preference" });
 
   step = "auditing the sign-in page";

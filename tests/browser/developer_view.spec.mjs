@@ -17,8 +17,7 @@
 //
 // Exits 0 when every check passed, 1 with one line saying which failed.
 
-import { chromium } from "playwright-core";
-import { STEP_TIMEOUT_MS, audit, check, log, required } from "./support.mjs";
+import { STEP_TIMEOUT_MS, audit, check, launchChromium, log, required, watchProblems } from "./support.mjs";
 
 let step = "reading the environment";
 const problems = [];
@@ -32,19 +31,10 @@ try {
   const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 
   step = `launching ${executablePath}`;
-  browser = await chromium.launch({
-    executablePath,
-    headless: true,
-    args: process.getuid?.() === 0 ? ["--no-sandbox"] : [],
-  });
+  browser = await launchChromium(executablePath);
   const page = await (await browser.newContext({ viewport: { width: 1000, height: 900 } })).newPage();
   page.setDefaultTimeout(STEP_TIMEOUT_MS);
-  page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
-  page.on("response", (response) => {
-    if (response.status() >= 500) {
-      problems.push(`${response.request().method()} ${response.url()} answered ${response.status()}`);
-    }
-  });
+  watchProblems(page, problems);
 
   step = "signing in with the printed token";
   await page.goto(`${baseUrl}/console`);

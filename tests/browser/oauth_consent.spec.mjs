@@ -23,8 +23,7 @@
 
 import { createHash, randomBytes } from "node:crypto";
 import { createServer } from "node:http";
-import { chromium } from "playwright-core";
-import { STEP_TIMEOUT_MS, audit, check, log, required } from "./support.mjs";
+import { STEP_TIMEOUT_MS, audit, check, launchChromium, log, required, watchProblems } from "./support.mjs";
 
 const CLIENT_NAME = "Browser assistant";
 const STATS = "plugin__managed_analytics__stats";
@@ -125,19 +124,10 @@ try {
     })}`;
 
   step = `launching ${executablePath}`;
-  browser = await chromium.launch({
-    executablePath,
-    headless: true,
-    args: process.getuid?.() === 0 ? ["--no-sandbox"] : [],
-  });
+  browser = await launchChromium(executablePath);
   const page = await (await browser.newContext({ viewport: { width: 1000, height: 900 } })).newPage();
   page.setDefaultTimeout(STEP_TIMEOUT_MS);
-  page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
-  page.on("response", (response) => {
-    if (response.status() >= 500) {
-      problems.push(`${response.request().method()} ${response.url()} answered ${response.status()}`);
-    }
-  });
+  watchProblems(page, problems);
 
   step = "opening the authorization request signed out";
   const first = pkce();

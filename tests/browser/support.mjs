@@ -4,6 +4,7 @@
 
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
+import { chromium } from "playwright-core";
 
 export const STEP_TIMEOUT_MS = 30_000;
 
@@ -25,6 +26,27 @@ export function check(condition, message) {
 }
 
 export const log = (message) => console.log(`  ✓ ${message}`);
+
+/// Chromium, headless; without its own sandbox when running as root (CI
+/// containers), where it cannot start.
+export function launchChromium(executablePath) {
+  return chromium.launch({
+    executablePath,
+    headless: true,
+    args: process.getuid?.() === 0 ? ["--no-sandbox"] : [],
+  });
+}
+
+/// Pushes onto `problems` every page error of `page` and every answer of 500
+/// or more it receives.
+export function watchProblems(page, problems) {
+  page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
+  page.on("response", (response) => {
+    if (response.status() >= 500) {
+      problems.push(`${response.request().method()} ${response.url()} answered ${response.status()}`);
+    }
+  });
+}
 
 let axeSource;
 

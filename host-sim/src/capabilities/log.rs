@@ -36,14 +36,7 @@ pub fn add_to_linker<T: LogView + 'static>(linker: &mut Linker<T>) -> wasmtime::
 /// bytes (cut on a character boundary, marked with `…`).
 pub fn line(checks: &mut CallChecks, message: String) -> String {
     let mut message = checks.redact(message);
-    if message.len() > MAX_LOG_LINE {
-        let mut cut = MAX_LOG_LINE;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push('…');
-    }
+    crate::limits::cut_with_ellipsis(&mut message, MAX_LOG_LINE);
     message
 }
 

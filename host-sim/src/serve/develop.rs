@@ -158,14 +158,7 @@ async fn view(
         .iter()
         .map(|d| {
             let mut body = d.document.body.clone();
-            if body.len() > MAX_BODY {
-                let mut cut = MAX_BODY;
-                while !body.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                body.truncate(cut);
-                body.push('…');
-            }
+            crate::limits::cut_with_ellipsis(&mut body, MAX_BODY);
             format!(
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td><pre>{}</pre></td></tr>\n",
                 escape(&d.collection),
