@@ -37,7 +37,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -52,6 +52,10 @@ use crate::verify::InstallError;
 
 /// The project a [`TestHost`] grants the extension to, unless told otherwise.
 pub const TEST_PROJECT: &str = "test-project";
+
+/// The folder beside a component where [`TestHost::from_files`] and
+/// `host-sim dev` keep it compiled.
+pub const COMPILE_CACHE_DIR: &str = "host-sim-compiled";
 
 /// Why a [`TestHost`] could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -158,9 +162,18 @@ pub struct TestHostBuilder {
     bindings: BTreeMap<String, Script>,
     timeout: Duration,
     limits: SandboxLimits,
+    compile_cache: Option<PathBuf>,
 }
 
 impl TestHostBuilder {
+    /// Keeps the compiled component in `dir` (see
+    /// [`crate::sandbox::compile_cached`]); [`TestHost::from_files`] uses a
+    /// folder beside the component, `host-sim-compiled`.
+    pub fn compile_cache(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.compile_cache = Some(dir.into());
+        self
+    }
+
     /// Answers the binding `name` with `handler`, called once per request.
     pub fn binding(
         mut self,
@@ -205,6 +218,7 @@ impl TestHostBuilder {
         })?;
         let mut config = HostConfig::development(dir.path().join("state"));
         config.limits = self.limits;
+        config.compile_cache = self.compile_cache;
         let host = Arc::new(Host::open(config)?);
         let installed = host.install_development(&self.manifest, self.files, &mut |_| {})?;
         let extension = installed.extension_id;
@@ -315,8 +329,12 @@ impl TestHost {
                 path: manifest_path.display().to_string(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"),
             })?;
-        let component = read(component.as_ref())?;
-        Ok(Self::from_bytes(&manifest, component))
+        let bytes = read(component.as_ref())?;
+        let builder = Self::from_bytes(&manifest, bytes);
+        Ok(match component.as_ref().parent() {
+            Some(dir) => builder.compile_cache(dir.join(COMPILE_CACHE_DIR)),
+            None => builder,
+        })
     }
 
     /// A test host for a manifest's text and a component's bytes (stored
@@ -332,6 +350,7 @@ impl TestHost {
             bindings: BTreeMap::new(),
             timeout: Duration::from_secs(2),
             limits: SandboxLimits::default(),
+            compile_cache: None,
         }
     }
 

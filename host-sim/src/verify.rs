@@ -94,6 +94,7 @@ pub fn verify(
         &release.manifest,
         release.component(),
         release.digest(),
+        None,
         progress,
     )?;
     Ok((release, compiled))
@@ -108,6 +109,7 @@ fn check_component(
     manifest: &Manifest,
     bytes: &[u8],
     digest: String,
+    compile_cache: Option<&Path>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<CompiledRelease, InstallError> {
     progress("inspecting the component (validity, WIT version, imports)");
@@ -115,8 +117,8 @@ fn check_component(
     component::check_against_manifest(manifest, &info, SUPPORTED_WIT_VERSIONS)?;
     let spec = ExtensionSpec::from_manifest(manifest).map_err(InstallError::Manifest)?;
     progress("compiling the component");
-    let component =
-        sandbox::compile(engine, bytes).map_err(|e| InstallError::Runtime(e.to_string()))?;
+    let component = sandbox::compile_cached(engine, bytes, compile_cache)
+        .map_err(|e| InstallError::Runtime(e.to_string()))?;
     linker
         .instantiate_pre(&component)
         .map_err(|e| InstallError::Runtime(e.to_string()))?;
@@ -144,12 +146,14 @@ pub const DEVELOPMENT_KEY_ID: &str = "development (unsigned)";
 
 /// Checks an unsigned development build as [`verify`] checks a release,
 /// except for the signature and the file list (which only a signed
-/// release has).
+/// release has). With `compile_cache` the component is loaded from there
+/// when it was compiled before ([`sandbox::compile_cached`]).
 pub fn verify_development(
     engine: &Engine,
     linker: &Linker<StoreData>,
     manifest_text: &str,
     files: BTreeMap<String, Vec<u8>>,
+    compile_cache: Option<&Path>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(DevelopmentBuild, CompiledRelease), InstallError> {
     progress("reading the manifest");
@@ -176,6 +180,7 @@ pub fn verify_development(
         &manifest,
         component,
         digest.clone(),
+        compile_cache,
         progress,
     )?;
     Ok((

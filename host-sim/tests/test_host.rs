@@ -137,6 +137,53 @@ fn documents_are_readable_and_undeclared_bindings_are_refused() {
 }
 
 #[test]
+fn a_test_host_started_again_on_the_same_build_loads_the_compiled_component() {
+    let dir = tempfile::tempdir().unwrap();
+    let (manifest, component) = (dir.path().join("manifest.toml"), dir.path().join("ext.wasm"));
+    std::fs::write(&manifest, MANIFEST).unwrap();
+    std::fs::write(&component, guest_component()).unwrap();
+    let cache = dir.path().join(host_sim::testing::COMPILE_CACHE_DIR);
+    let artifacts = || -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
+        std::fs::read_dir(&cache)
+            .map(|entries| {
+                entries
+                    .map(|e| {
+                        let path = e.unwrap().path();
+                        let modified = path.metadata().unwrap().modified().unwrap();
+                        (path, modified)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let start = |what: &str| {
+        let started = std::time::Instant::now();
+        let host = TestHost::from_files(&manifest, &component)
+            .unwrap()
+            .build()
+            .unwrap();
+        println!("{what}: the test host started in {:?}", started.elapsed());
+        host
+    };
+    assert!(artifacts().is_empty());
+    let first = start("compiling");
+    let kept = artifacts();
+    assert_eq!(kept.len(), 1, "one compiled component kept: {kept:?}");
+    assert!(kept[0].0.to_string_lossy().ends_with(".cwasm"));
+    drop(first);
+    let second = start("loading");
+    assert_eq!(artifacts(), kept, "loaded, not compiled and written again");
+    let output = second.invoke("context", json!({})).unwrap();
+    assert_eq!(output["project_id"], host_sim::testing::TEST_PROJECT);
+
+    // A changed build is another artifact; a damaged one is compiled again.
+    std::fs::write(&kept[0].0, b"not a compiled component").unwrap();
+    let third = start("after damage");
+    third.invoke("context", json!({})).unwrap();
+    assert_ne!(std::fs::read(&kept[0].0).unwrap(), b"not a compiled component");
+}
+
+#[test]
 fn a_new_build_takes_over_while_an_invocation_finishes_on_the_old_one() {
     let calls = Arc::new(AtomicUsize::new(0));
     let counted = calls.clone();

@@ -160,10 +160,13 @@ pub(crate) fn dev(args: DevArgs) -> Result<ExitCode, CliError> {
         .prefix("host-sim-dev-")
         .tempdir()
         .map_err(|e| CliError::Usage(format!("cannot create the development state: {e}")))?;
-    let host = std::sync::Arc::new(
-        Host::open(HostConfig::development(scratch.path().join("state")))
-            .map_err(CliError::Host)?,
-    );
+    let mut config = HostConfig::development(scratch.path().join("state"));
+    // Beside the component: a restart on the same build loads, not compiles.
+    config.compile_cache = args
+        .component
+        .parent()
+        .map(|dir| dir.join(host_sim::testing::COMPILE_CACHE_DIR));
+    let host = std::sync::Arc::new(Host::open(config).map_err(CliError::Host)?);
     let build = host_sim::dev::DevBuild {
         manifest: args.manifest.clone(),
         component: args.component.clone(),

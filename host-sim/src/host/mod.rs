@@ -59,6 +59,11 @@ pub struct HostConfig {
     /// (`--master-key-file`), or by default `<state_dir>/master.key`, made
     /// (mode 0600) on the first open.
     pub master_key: MasterKeySource,
+    /// Where a development host keeps the components it compiled (see
+    /// [`crate::sandbox::compile_cached`]), so a test host or `host-sim dev`
+    /// started again on the same build loads instead of compiling. Ignored
+    /// by an operator's host, which always compiles what it verified.
+    pub compile_cache: Option<PathBuf>,
 }
 
 /// The file beside the database that marks a development state, one that
@@ -76,6 +81,7 @@ impl HostConfig {
             limits: SandboxLimits::default(),
             development: false,
             master_key: MasterKeySource::BesideData,
+            compile_cache: None,
         }
     }
 
@@ -131,6 +137,8 @@ pub struct Host {
     limits: Arc<SandboxLimits>,
     trust_dir: PathBuf,
     development: bool,
+    /// [`HostConfig::compile_cache`], in a development host only.
+    compile_cache: Option<PathBuf>,
     _ticker: EpochTicker,
 }
 
@@ -180,6 +188,7 @@ impl Host {
             limits,
             trust_dir: config.trust_dir(),
             development,
+            compile_cache: config.compile_cache.filter(|_| development),
             _ticker: ticker,
         })
     }

@@ -190,6 +190,7 @@ impl Host {
             self.pool.linker(),
             manifest_text,
             files,
+            self.compile_cache.as_deref(),
             progress,
         )?;
         let manifest = &build.manifest;

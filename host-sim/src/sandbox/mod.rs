@@ -164,3 +164,76 @@ pub struct CompiledRelease {
 pub fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
     Component::from_binary(engine, bytes)
 }
+
+/// [`compile`], for a development host with a directory of compiled
+/// components (`cache`): loads the artifact an earlier compile of the same
+/// bytes for a compatible engine left there (keyed by the component's
+/// SHA-256 and the engine's compatibility hash), or compiles and leaves
+/// one. A debug build of wasmtime takes seconds to compile a component and
+/// milliseconds to load one. Loading an artifact trusts the directory, so
+/// only development hosts use it, on the developer's own build directory.
+pub fn compile_cached(
+    engine: &Engine,
+    bytes: &[u8],
+    cache: Option<&std::path::Path>,
+) -> wasmtime::Result<Component> {
+    use std::hash::{Hash, Hasher};
+    let Some(dir) = cache else {
+        return compile(engine, bytes);
+    };
+    let mut compatibility = std::hash::DefaultHasher::new();
+    engine
+        .precompile_compatibility_hash()
+        .hash(&mut compatibility);
+    let path = dir.join(format!(
+        "{}-{:016x}.cwasm",
+        extension_release::sha256_hex(bytes),
+        compatibility.finish()
+    ));
+    if path.is_file() {
+        // SAFETY: the file is an artifact `Component::serialize` wrote below
+        // into the developer's build directory, for an engine of the same
+        // compatibility hash; wasmtime checks its header and version.
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(component) => return Ok(component),
+            Err(e) => tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                "a compiled component in the cache could not be loaded; compiling it again"
+            ),
+        }
+    }
+    let component = compile(engine, bytes)?;
+    let written = std::fs::create_dir_all(dir).and_then(|()| {
+        let artifact = component.serialize().map_err(std::io::Error::other)?;
+        let partial = path.with_extension(format!("partial-{}", std::process::id()));
+        std::fs::write(&partial, artifact)?;
+        std::fs::rename(&partial, &path)
+    });
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), error = %e, "cannot keep the compiled component");
+    }
+    prune_compile_cache(dir);
+    Ok(component)
+}
+
+/// Artifacts [`compile_cached`] keeps in one directory: the newest, one per
+/// recent build.
+const KEPT_ARTIFACTS: usize = 8;
+
+fn prune_compile_cache(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut artifacts: Vec<(std::time::SystemTime, std::path::PathBuf)> = entries
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let modified = path.metadata().ok()?.modified().ok()?;
+            (path.extension()? == "cwasm").then_some((modified, path))
+        })
+        .collect();
+    artifacts.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, old) in artifacts.into_iter().skip(KEPT_ARTIFACTS) {
+        let _ = std::fs::remove_file(old);
+    }
+}
