@@ -160,7 +160,7 @@ async fn view(
             let mut body = d.document.body.clone();
             crate::limits::cut_with_ellipsis(&mut body, MAX_BODY);
             format!(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td><pre>{}</pre></td></tr>\n",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td><pre tabindex=\"0\">{}</pre></td></tr>\n",
                 escape(&d.collection),
                 escape(&d.id),
                 d.document.revision,
@@ -312,7 +312,7 @@ fn render_recent(recent: &Recent) -> String {
     format!(
         "<article class=\"invocation {class}\">\n<h3>{action} <span class=\"status\">{status}</span></h3>\n\
          <p class=\"meta\">{at}, request {request}</p>\n\
-         <h4>Input</h4><pre>{input}</pre>\n<h4>{result_label}</h4><pre>{result}</pre>\n\
+         <h4>Input</h4><pre tabindex=\"0\">{input}</pre>\n<h4>{result_label}</h4><pre tabindex=\"0\">{result}</pre>\n\
          <h4>Log</h4>{log}\n</article>\n",
         action = escape(&recent.action),
         status = escape(&status),
