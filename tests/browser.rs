@@ -308,10 +308,21 @@ fn a_plugin_developer_runs_an_action_from_the_developer_view_and_sees_its_log() 
     )
     .unwrap();
     std::fs::write(work.path().join("provider.secret"), secret).unwrap();
+    // A copy: nothing of a development run goes near the signed release.
+    std::fs::copy(
+        workspace_tests::release_dir().join("plugin.wasm"),
+        work.path().join("plugin.wasm"),
+    )
+    .unwrap();
     let mut child = Command::new(workspace_tests::server_binary("host-sim"))
         .current_dir(work.path())
-        .args(["dev", "--manifest", "manifest.toml", "--component"])
-        .arg(workspace_tests::release_dir().join("plugin.wasm"))
+        .args([
+            "dev",
+            "--manifest",
+            "manifest.toml",
+            "--component",
+            "plugin.wasm",
+        ])
         .arg("--binding")
         .arg(format!(
             "provider={},secret-file=provider.secret",

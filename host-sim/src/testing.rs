@@ -53,9 +53,21 @@ use crate::verify::InstallError;
 /// The project a [`TestHost`] grants the extension to, unless told otherwise.
 pub const TEST_PROJECT: &str = "test-project";
 
-/// The folder beside a component where [`TestHost::from_files`] and
-/// `host-sim dev` keep it compiled.
-pub const COMPILE_CACHE_DIR: &str = "host-sim-compiled";
+/// Where [`TestHost::from_files`] and `host-sim dev` keep compiled
+/// components: `$HOST_SIM_COMPILE_CACHE` (empty: nowhere), else the user's
+/// cache directory (`$XDG_CACHE_HOME`, or `~/.cache`) under
+/// `host-sim/compiled`. A per-user folder, never one beside the build (which
+/// may be a release being staged).
+pub fn default_compile_cache() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("HOST_SIM_COMPILE_CACHE") {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("host-sim/compiled"))
+}
 
 /// Why a [`TestHost`] could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -167,8 +179,8 @@ pub struct TestHostBuilder {
 
 impl TestHostBuilder {
     /// Keeps the compiled component in `dir` (see
-    /// [`crate::sandbox::compile_cached`]); [`TestHost::from_files`] uses a
-    /// folder beside the component, `host-sim-compiled`.
+    /// [`crate::sandbox::compile_cached`]); [`TestHost::from_files`] uses
+    /// [`default_compile_cache`].
     pub fn compile_cache(mut self, dir: impl Into<PathBuf>) -> Self {
         self.compile_cache = Some(dir.into());
         self
@@ -331,8 +343,8 @@ impl TestHost {
             })?;
         let bytes = read(component.as_ref())?;
         let builder = Self::from_bytes(&manifest, bytes);
-        Ok(match component.as_ref().parent() {
-            Some(dir) => builder.compile_cache(dir.join(COMPILE_CACHE_DIR)),
+        Ok(match default_compile_cache() {
+            Some(dir) => builder.compile_cache(dir),
             None => builder,
         })
     }

@@ -139,10 +139,13 @@ fn documents_are_readable_and_undeclared_bindings_are_refused() {
 #[test]
 fn a_test_host_started_again_on_the_same_build_loads_the_compiled_component() {
     let dir = tempfile::tempdir().unwrap();
-    let (manifest, component) = (dir.path().join("manifest.toml"), dir.path().join("ext.wasm"));
+    let (manifest, component) = (
+        dir.path().join("manifest.toml"),
+        dir.path().join("ext.wasm"),
+    );
     std::fs::write(&manifest, MANIFEST).unwrap();
     std::fs::write(&component, guest_component()).unwrap();
-    let cache = dir.path().join(host_sim::testing::COMPILE_CACHE_DIR);
+    let cache = dir.path().join("compiled");
     let artifacts = || -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
         std::fs::read_dir(&cache)
             .map(|entries| {
@@ -160,6 +163,7 @@ fn a_test_host_started_again_on_the_same_build_loads_the_compiled_component() {
         let started = std::time::Instant::now();
         let host = TestHost::from_files(&manifest, &component)
             .unwrap()
+            .compile_cache(&cache)
             .build()
             .unwrap();
         println!("{what}: the test host started in {:?}", started.elapsed());
@@ -180,7 +184,10 @@ fn a_test_host_started_again_on_the_same_build_loads_the_compiled_component() {
     std::fs::write(&kept[0].0, b"not a compiled component").unwrap();
     let third = start("after damage");
     third.invoke("context", json!({})).unwrap();
-    assert_ne!(std::fs::read(&kept[0].0).unwrap(), b"not a compiled component");
+    assert_ne!(
+        std::fs::read(&kept[0].0).unwrap(),
+        b"not a compiled component"
+    );
 }
 
 #[test]

@@ -161,11 +161,8 @@ pub(crate) fn dev(args: DevArgs) -> Result<ExitCode, CliError> {
         .tempdir()
         .map_err(|e| CliError::Usage(format!("cannot create the development state: {e}")))?;
     let mut config = HostConfig::development(scratch.path().join("state"));
-    // Beside the component: a restart on the same build loads, not compiles.
-    config.compile_cache = args
-        .component
-        .parent()
-        .map(|dir| dir.join(host_sim::testing::COMPILE_CACHE_DIR));
+    // A restart on the same build loads the component, not compiles it.
+    config.compile_cache = host_sim::testing::default_compile_cache();
     let host = std::sync::Arc::new(Host::open(config).map_err(CliError::Host)?);
     let build = host_sim::dev::DevBuild {
         manifest: args.manifest.clone(),

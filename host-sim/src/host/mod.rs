@@ -60,9 +60,10 @@ pub struct HostConfig {
     /// (mode 0600) on the first open.
     pub master_key: MasterKeySource,
     /// Where a development host keeps the components it compiled (see
-    /// [`crate::sandbox::compile_cached`]), so a test host or `host-sim dev`
-    /// started again on the same build loads instead of compiling. Ignored
-    /// by an operator's host, which always compiles what it verified.
+    /// [`crate::sandbox::compile_cached`], [`crate::testing::default_compile_cache`]),
+    /// so a test host or `host-sim dev` started again on the same build loads
+    /// instead of compiling. Ignored by an operator's host, which always
+    /// compiles what it verified.
     pub compile_cache: Option<PathBuf>,
 }
 

@@ -171,7 +171,7 @@ pub fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
 /// SHA-256 and the engine's compatibility hash), or compiles and leaves
 /// one. A debug build of wasmtime takes seconds to compile a component and
 /// milliseconds to load one. Loading an artifact trusts the directory, so
-/// only development hosts use it, on the developer's own build directory.
+/// only development hosts use it, on a folder of the developer's own.
 pub fn compile_cached(
     engine: &Engine,
     bytes: &[u8],
@@ -192,7 +192,7 @@ pub fn compile_cached(
     ));
     if path.is_file() {
         // SAFETY: the file is an artifact `Component::serialize` wrote below
-        // into the developer's build directory, for an engine of the same
+        // into the developer's own cache folder, for an engine of the same
         // compatibility hash; wasmtime checks its header and version.
         match unsafe { Component::deserialize_file(engine, &path) } {
             Ok(component) => return Ok(component),
@@ -219,7 +219,7 @@ pub fn compile_cached(
 
 /// Artifacts [`compile_cached`] keeps in one directory: the newest, one per
 /// recent build.
-const KEPT_ARTIFACTS: usize = 8;
+const KEPT_ARTIFACTS: usize = 32;
 
 fn prune_compile_cache(dir: &std::path::Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
