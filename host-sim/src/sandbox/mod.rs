@@ -190,11 +190,18 @@ pub fn compile_cached(
         extension_release::sha256_hex(bytes),
         compatibility.finish()
     ));
-    if path.is_file() {
-        // SAFETY: the file is an artifact `Component::serialize` wrote below
-        // into the developer's own cache folder, for an engine of the same
-        // compatibility hash; wasmtime checks its header and version.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+    // Read into memory, not mapped: a file changed under a mapping (another
+    // process rewriting the cache, a developer clearing it) would end this
+    // one with SIGBUS. The file is the artifact followed by its SHA-256, so
+    // a cut or damaged file is compiled again, never loaded.
+    if let Ok(file) = std::fs::read(&path)
+        && let Some(artifact) = checked_artifact(&file)
+    {
+        // SAFETY: the bytes are, checksum verified, an artifact that
+        // `Component::serialize` wrote below into the developer's own cache
+        // folder for an engine of the same compatibility hash; wasmtime
+        // checks their header and version as well.
+        match unsafe { Component::deserialize(engine, artifact) } {
             Ok(component) => return Ok(component),
             Err(e) => tracing::warn!(
                 path = %path.display(),
@@ -205,9 +212,13 @@ pub fn compile_cached(
     }
     let component = compile(engine, bytes)?;
     let written = std::fs::create_dir_all(dir).and_then(|()| {
-        let artifact = component.serialize().map_err(std::io::Error::other)?;
-        let partial = path.with_extension(format!("partial-{}", std::process::id()));
-        std::fs::write(&partial, artifact)?;
+        let mut file = component.serialize().map_err(std::io::Error::other)?;
+        let digest = extension_release::sha256_hex(&file);
+        file.extend_from_slice(digest.as_bytes());
+        // A name of its own per writer: tests of one build start test hosts
+        // in parallel threads, each compiling and writing the same artifact.
+        let partial = path.with_extension(format!("partial-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&partial, file)?;
         std::fs::rename(&partial, &path)
     });
     if let Err(e) = written {
@@ -215,6 +226,13 @@ pub fn compile_cached(
     }
     prune_compile_cache(dir);
     Ok(component)
+}
+
+/// The artifact of a cache file whose trailing SHA-256 (64 hex characters)
+/// matches it; `None` for a cut or damaged file.
+fn checked_artifact(file: &[u8]) -> Option<&[u8]> {
+    let (artifact, digest) = file.split_at_checked(file.len().checked_sub(64)?)?;
+    (extension_release::sha256_hex(artifact).as_bytes() == digest).then_some(artifact)
 }
 
 /// Artifacts [`compile_cached`] keeps in one directory: the newest, one per

@@ -39,6 +39,12 @@ use super::unit::{self, Param, Ran, Step, Unit, Yields};
 const MAX_GROUP: usize = 512;
 /// How often the checkpoint thread copies the WAL into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+/// How long a `TRUNCATE` checkpoint waits for readers before it gives up
+/// until its next turn. While it waits it holds off the writer, so it must
+/// give up well before the writer's own busy timeout runs out (with the
+/// same 5 s on both, a loaded machine let the writer time out first and a
+/// send fail with "storage is not available").
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
 /// The WAL size past which the checkpoint thread truncates it (and what
 /// `journal_size_limit` keeps of it when it is started over).
 const WAL_LIMIT: u64 = 64 << 20;
@@ -70,7 +76,7 @@ impl Writer {
         wal_limit: u64,
     ) -> anyhow::Result<Writer> {
         let conn = open(path, busy_timeout)?;
-        let checkpoints = open(path, busy_timeout)?;
+        let checkpoints = open(path, busy_timeout.min(CHECKPOINT_WAIT))?;
         for conn in [&conn, &checkpoints] {
             conn.pragma_update(None, "journal_size_limit", wal_limit as i64)?;
         }
