@@ -140,7 +140,7 @@ fn signature_line(file: &SignatureFile) -> String {
     let mut line = format!("ed25519 {} {}", file.key_id, BASE64.encode(file.signature));
     if let Some(public) = &file.public {
         line.push(' ');
-        line.push_str(&BASE64.encode(public.to_bytes()));
+        line.push_str(&public.to_base64());
     }
     line.push('\n');
     line
@@ -167,9 +167,7 @@ fn parse_signature(text: &str) -> Option<SignatureFile> {
     let signature: [u8; 64] = BASE64.decode(parts.next()?).ok()?.try_into().ok()?;
     let public = match parts.next() {
         None => None,
-        Some(key) => Some(PublicKey::from_bytes(
-            &BASE64.decode(key).ok()?.try_into().ok()?,
-        )?),
+        Some(key) => Some(PublicKey::from_base64(key)?),
     };
     let parsed = parts.next().is_none().then_some(SignatureFile {
         key_id,
@@ -602,8 +600,8 @@ mod tests {
 
         // A carried key that is neither the named one nor the signer's.
         let swapped = sign_manifest(manifest, &trusted).replacen(
-            &BASE64.encode(trusted.public().to_bytes()),
-            &BASE64.encode(other.public().to_bytes()),
+            &trusted.public().to_base64(),
+            &other.public().to_base64(),
             1,
         );
         let err = check_signature(&parse_signature(&swapped).unwrap(), manifest, &trust);

@@ -60,7 +60,7 @@ impl PublicKey {
 
     /// The one-line text of a `.pub` file.
     pub fn to_line(&self, comment: &str) -> String {
-        format!("ed25519 {} {comment}", BASE64.encode(self.0.as_bytes()))
+        format!("ed25519 {} {comment}", self.to_base64())
             .trim_end()
             .to_owned()
     }
@@ -70,17 +70,19 @@ impl PublicKey {
         if parts.next()? != "ed25519" {
             return None;
         }
-        let bytes: [u8; 32] = BASE64.decode(parts.next()?).ok()?.try_into().ok()?;
+        Self::from_base64(parts.next()?)
+    }
+
+    /// The key's 32 bytes in standard base64, as `.pub` files and
+    /// signature files write it.
+    pub fn to_base64(&self) -> String {
+        BASE64.encode(self.0.as_bytes())
+    }
+
+    /// `None` for text that is not the base64 of an Ed25519 public key.
+    pub fn from_base64(text: &str) -> Option<Self> {
+        let bytes: [u8; 32] = BASE64.decode(text).ok()?.try_into().ok()?;
         VerifyingKey::from_bytes(&bytes).ok().map(Self)
-    }
-
-    pub fn to_bytes(&self) -> [u8; 32] {
-        self.0.to_bytes()
-    }
-
-    /// `None` for bytes that are not an Ed25519 public key.
-    pub fn from_bytes(bytes: &[u8; 32]) -> Option<Self> {
-        VerifyingKey::from_bytes(bytes).ok().map(Self)
     }
 
     pub fn verify(&self, message: &[u8], signature: &[u8; 64]) -> bool {
