@@ -224,10 +224,21 @@ fn invalid(message: String) -> InputError {
 /// the type the schema declares for it (integer, number, boolean); values
 /// that do not convert stay strings so the schema check names them.
 pub(super) fn query_input(query: &str, schema: &Value) -> Result<Value, InputError> {
+    typed_input(form_urlencoded::parse(query.as_bytes()), schema)
+}
+
+/// Name and value pairs (a query string's, the developer view's form
+/// fields) as an input object, each value converted as [`query_input`]
+/// converts it; a name given twice is refused.
+pub(super) fn typed_input<K: AsRef<str>, V: AsRef<str>>(
+    pairs: impl IntoIterator<Item = (K, V)>,
+    schema: &Value,
+) -> Result<Value, InputError> {
     let mut input = Map::new();
-    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+    for (name, value) in pairs {
+        let (name, value) = (name.as_ref(), value.as_ref());
         let declared = schema
-            .pointer(&format!("/properties/{}/type", escape_pointer(&name)))
+            .pointer(&format!("/properties/{}/type", escape_pointer(name)))
             .and_then(Value::as_str);
         let converted = match declared {
             Some("integer") => value
@@ -239,7 +250,7 @@ pub(super) fn query_input(query: &str, schema: &Value) -> Result<Value, InputErr
                 .ok()
                 .and_then(|n| serde_json::Number::from_f64(n).map(Value::Number))
                 .unwrap_or_else(|| Value::String(value.to_string())),
-            Some("boolean") => match value.as_ref() {
+            Some("boolean") => match value {
                 "true" => Value::Bool(true),
                 "false" => Value::Bool(false),
                 _ => Value::String(value.to_string()),

@@ -226,7 +226,7 @@ pub(super) fn escape(text: &str) -> String {
     html_escape::encode_double_quoted_attribute(text).into_owned()
 }
 
-pub(super) fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response {
+fn sign_in_page(status: StatusCode, problem: Option<&str>) -> Response {
     sign_in_page_to(status, problem, None)
 }
 
@@ -283,8 +283,30 @@ pub(super) fn sign_in_page_to(
 }
 
 /// The caller's access, or the page/answer to give instead.
-pub(super) async fn access(shared: &Shared, caller: Caller) -> Result<TokenAccess, InvokeError> {
+async fn access(shared: &Shared, caller: Caller) -> Result<TokenAccess, InvokeError> {
     caller_access(&shared.host, &caller).await
+}
+
+/// The signed-in person's caller and access, or the page to answer instead:
+/// the sign-in page (`status`, saying `prompt` when there is no session,
+/// and that the token expired when it no longer works) or the problem.
+pub(super) async fn signed_in(
+    shared: &Shared,
+    headers: &HeaderMap,
+    status: StatusCode,
+    prompt: Option<&str>,
+) -> Result<(Caller, TokenAccess), Response> {
+    let Some(caller) = shared.console.caller(headers) else {
+        return Err(sign_in_page(status, prompt));
+    };
+    match access(shared, caller.clone()).await {
+        Ok(access) => Ok((caller, access)),
+        Err(InvokeError::Unauthenticated) => Err(sign_in_page(
+            status,
+            Some("Your token has expired or was revoked. Sign in with a current one."),
+        )),
+        Err(error) => Err(problem_page(&error)),
+    }
 }
 
 pub(super) fn header_bar(user: &str) -> String {
@@ -299,18 +321,9 @@ pub(super) fn header_bar(user: &str) -> String {
 }
 
 async fn home(State(shared): State<Shared>, headers: HeaderMap) -> Response {
-    let Some(caller) = shared.console.caller(&headers) else {
-        return sign_in_page(StatusCode::OK, None);
-    };
-    let access = match access(&shared, caller).await {
-        Ok(access) => access,
-        Err(InvokeError::Unauthenticated) => {
-            return sign_in_page(
-                StatusCode::OK,
-                Some("Your token has expired or was revoked. Sign in with a current one."),
-            );
-        }
-        Err(error) => return problem_page(&error),
+    let access = match signed_in(&shared, &headers, StatusCode::OK, None).await {
+        Ok((_, access)) => access,
+        Err(page) => return page,
     };
     let mut items = String::new();
     for (project, extensions) in &access.projects {
@@ -338,13 +351,19 @@ async fn home(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     )
 }
 
-/// The developer view of `extension` in `project` (`develop.rs`, a
-/// development host only), HTML-escaped for an attribute.
+/// The path of the developer view of `extension` in `project` (`develop.rs`,
+/// a development host only), its segments percent-encoded: for a redirect
+/// as it is, for an attribute through [`escape`].
 pub(super) fn develop_url(project: &str, extension: &str) -> String {
+    let segment = |text: &str| {
+        form_urlencoded::byte_serialize(text.as_bytes())
+            .collect::<String>()
+            .replace('+', "%20")
+    };
     format!(
         "/console/projects/{}/extensions/{}/develop",
-        escape(project),
-        escape(extension)
+        segment(project),
+        segment(extension)
     )
 }
 
@@ -453,21 +472,16 @@ async fn project_page(
     Path(project): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let Some(caller) = shared.console.caller(&headers) else {
-        return sign_in_page(
-            StatusCode::UNAUTHORIZED,
-            Some("Sign in to open this project."),
-        );
-    };
-    let access = match access(&shared, caller).await {
-        Ok(access) => access,
-        Err(InvokeError::Unauthenticated) => {
-            return sign_in_page(
-                StatusCode::UNAUTHORIZED,
-                Some("Your token has expired or was revoked. Sign in with a current one."),
-            );
-        }
-        Err(error) => return problem_page(&error),
+    let access = match signed_in(
+        &shared,
+        &headers,
+        StatusCode::UNAUTHORIZED,
+        Some("Sign in to open this project."),
+    )
+    .await
+    {
+        Ok((_, access)) => access,
+        Err(page) => return page,
     };
     let Some(extensions) = access.projects.get(&project) else {
         return problem_page(&InvokeError::NoProjectAccess { project });
@@ -501,7 +515,7 @@ async fn project_page(
             format!(
                 "{body}\n<p class=\"develop-link\"><a href=\"{}\">Developer view of {}</a>: \
                  run its actions from forms, see their output and log lines, and the project's documents.</p>",
-                develop_url(&project, extension),
+                escape(&develop_url(&project, extension)),
                 escape(extension)
             )
         } else {

@@ -18,9 +18,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use serde_json::{Map, Value};
 
-use super::console::{
-    access, develop_url, escape, header_bar, page, problem_page, same_origin, sign_in_page,
-};
+use super::console::{develop_url, escape, header_bar, page, problem_page, same_origin, signed_in};
 use super::{Shared, api, host_query};
 use crate::capabilities::checks::GuestLogLine;
 use crate::error::InvokeError;
@@ -83,15 +81,13 @@ async fn caller_for(
     if !shared.host.is_development() {
         return Err(StatusCode::NOT_FOUND.into_response());
     }
-    let Some(caller) = shared.console.caller(headers) else {
-        return Err(sign_in_page(
-            StatusCode::UNAUTHORIZED,
-            Some("Sign in to open the developer view."),
-        ));
-    };
-    let access = access(shared, caller.clone())
-        .await
-        .map_err(|e| problem_page(&e))?;
+    let (caller, access) = signed_in(
+        shared,
+        headers,
+        StatusCode::UNAUTHORIZED,
+        Some("Sign in to open the developer view."),
+    )
+    .await?;
     let granted = access
         .projects
         .get(project)
@@ -147,7 +143,7 @@ async fn view(
             .collect::<Vec<_>>(),
         Err(error) => return problem_page(&error),
     };
-    let url = develop_url(&project, &extension);
+    let url = escape(&develop_url(&project, &extension));
     let forms: String = actions
         .iter()
         .enumerate()
@@ -327,7 +323,7 @@ fn render_recent(recent: &Recent) -> String {
 /// fields left out, objects and arrays read as JSON, the rest converted by
 /// the schema's types as the API converts a query string.
 fn form_input(fields: &[(String, String)], schema: &Value) -> Result<Value, String> {
-    let mut scalars = form_urlencoded::Serializer::new(String::new());
+    let mut scalars = Vec::new();
     let mut structured = Map::new();
     for (name, value) in fields {
         let Some(property) = name.strip_prefix("input.") else {
@@ -342,10 +338,10 @@ fn form_input(fields: &[(String, String)], schema: &Value) -> Result<Value, Stri
                 .map_err(|e| format!("{property}: is not valid JSON: {e}"))?;
             structured.insert(property.to_owned(), parsed);
         } else {
-            scalars.append_pair(property, value);
+            scalars.push((property, value.as_str()));
         }
     }
-    let mut input = api::query_input(&scalars.finish(), schema).map_err(|(_, _, m)| m)?;
+    let mut input = api::typed_input(scalars, schema).map_err(|(_, _, m)| m)?;
     if let Value::Object(object) = &mut input {
         object.extend(structured);
     }
@@ -427,18 +423,10 @@ async fn run(
         .develop
         .push((project.clone(), extension.clone()), recent);
     Redirect::to(&format!(
-        "/console/projects/{}/extensions/{}/develop#recent-heading",
-        urlencoding(&project),
-        urlencoding(&extension)
+        "{}#recent-heading",
+        develop_url(&project, &extension)
     ))
     .into_response()
-}
-
-/// A path segment, percent-encoded.
-fn urlencoding(segment: &str) -> String {
-    form_urlencoded::byte_serialize(segment.as_bytes())
-        .collect::<String>()
-        .replace('+', "%20")
 }
 
 #[cfg(test)]
