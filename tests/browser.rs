@@ -281,19 +281,6 @@ fn a_person_authorizes_an_mcp_client_on_the_consent_page_and_disconnects_it() {
 
 // ---- a plugin developer's view in `host-sim dev` ----------------------------
 
-/// `host-sim dev` running the analytics plugin's component (its manifest
-/// without the panel) against the provider fake; stopped when dropped.
-struct DevHost(std::process::Child);
-
-impl Drop for DevHost {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_plugin_developer_runs_an_action_from_the_developer_view_and_sees_its_log() {
     if !browser_tools_present() {
@@ -314,45 +301,32 @@ fn a_plugin_developer_runs_an_action_from_the_developer_view_and_sees_its_log() 
         work.path().join("plugin.wasm"),
     )
     .unwrap();
-    let mut child = Command::new(workspace_tests::server_binary("host-sim"))
-        .current_dir(work.path())
-        .args([
-            "dev",
-            "--manifest",
-            "manifest.toml",
-            "--component",
-            "plugin.wasm",
-        ])
-        .arg("--binding")
-        .arg(format!(
-            "provider={},secret-file=provider.secret",
-            fake.base_url()
-        ))
-        .args(["--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("host-sim dev starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let dev = DevHost(child);
-    // host-sim dev prints `listening <url>`, `token <token>`, `project <id>`.
-    let mut printed = std::collections::BTreeMap::new();
-    while printed.len() < 3 {
-        let line = lines
-            .next()
-            .expect("host-sim dev printed its URL, token and project")
-            .unwrap();
-        if let Some((key, value)) = line.split_once(' ')
-            && ["listening", "token", "project"].contains(&key)
-        {
-            printed.insert(key.to_owned(), value.to_owned());
-        }
-    }
+    let dev = workspace_tests::HostSimDev::start(
+        Command::new(workspace_tests::server_binary("host-sim"))
+            .current_dir(work.path())
+            .args([
+                "dev",
+                "--manifest",
+                "manifest.toml",
+                "--component",
+                "plugin.wasm",
+            ])
+            .arg("--binding")
+            .arg(format!(
+                "provider={},secret-file=provider.secret",
+                fake.base_url()
+            ))
+            .args(["--listen", "127.0.0.1:0"]),
+    );
+    let base = dev.expect("listening", Duration::from_secs(60));
+    let token = dev.expect("token", Duration::from_secs(5));
+    let project = dev.expect("project", Duration::from_secs(5));
     run_spec(
         "developer_view.spec.mjs",
         &[
-            ("BASE_URL", printed["listening"].clone().into()),
-            ("TOKEN", printed["token"].clone().into()),
-            ("PROJECT", printed["project"].clone().into()),
+            ("BASE_URL", base.into()),
+            ("TOKEN", token.into()),
+            ("PROJECT", project.into()),
             ("EXTENSION", support::EXTENSION.into()),
         ],
     );

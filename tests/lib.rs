@@ -2,7 +2,10 @@
 //! that `cargo xtask` builds live, and one sentence saying how to build them
 //! when they are missing.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 pub fn workspace_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -93,4 +96,87 @@ pub fn manifest_without_panel() -> String {
         .replace("entry = \"panel/index.html\"\n", "");
     assert_ne!(without, source, "the manifest has a panel to take out");
     without
+}
+
+/// `host-sim dev` running: its stdout lines arrive on a channel, its log
+/// (stderr) is kept and passed on; stopped with SIGTERM (so it removes its
+/// state) when dropped.
+pub struct HostSimDev {
+    child: std::process::Child,
+    /// Its stdout, a line at a time.
+    pub lines: std::sync::mpsc::Receiver<String>,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl HostSimDev {
+    /// Starts `command` (a `host-sim dev` command line).
+    pub fn start(command: &mut Command) -> Self {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("host-sim dev starts");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("host-sim dev: {line}");
+                let mut kept = kept.lock().unwrap();
+                kept.push_str(&line);
+                kept.push('\n');
+            }
+        });
+        Self { child, lines, log }
+    }
+
+    /// Waits until the host's log has a line containing `text`.
+    pub fn expect_log(&self, text: &str, within: Duration) {
+        let until = std::time::Instant::now() + within;
+        while !self.log.lock().unwrap().contains(text) {
+            assert!(
+                std::time::Instant::now() < until,
+                "host-sim dev logged no `{text}`"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The value of the next stdout line starting with `key `.
+    pub fn expect(&self, key: &str, within: Duration) -> String {
+        let line = self
+            .lines
+            .recv_timeout(within)
+            .unwrap_or_else(|e| panic!("host-sim dev printed no `{key}` line: {e}"));
+        line.strip_prefix(&format!("{key} "))
+            .unwrap_or_else(|| panic!("expected `{key} …`, host-sim dev printed `{line}`"))
+            .to_owned()
+    }
+}
+
+impl Drop for HostSimDev {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

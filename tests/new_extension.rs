@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use host_sim::{Caller, Host, HostConfig, InvokeRequest};
 use serde_json::json;
-use workspace_tests::workspace_root;
+use workspace_tests::{HostSimDev, workspace_root};
 
 const NAME: &str = "hello-ext";
 const ACTION: &str = "hello_ext.greet";
@@ -342,87 +342,6 @@ fn snippet(tutorial: &str, marker: &str) -> String {
         .to_owned()
 }
 
-/// `host-sim dev` running: its stdout lines arrive on a channel, its log
-/// (stderr) is kept and passed on; stopped with SIGTERM (so it removes its
-/// state) when dropped.
-struct Dev {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    log: std::sync::Arc<std::sync::Mutex<String>>,
-}
-
-impl Dev {
-    fn start(command: &mut Command) -> Self {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("host-sim dev starts");
-        let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr = child.stderr.take().unwrap();
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                eprintln!("host-sim dev: {line}");
-                let mut kept = kept.lock().unwrap();
-                kept.push_str(&line);
-                kept.push('\n');
-            }
-        });
-        Self { child, lines, log }
-    }
-
-    /// Waits until the host's log has a line containing `text`.
-    fn expect_log(&self, text: &str, within: Duration) {
-        let until = std::time::Instant::now() + within;
-        while !self.log.lock().unwrap().contains(text) {
-            assert!(
-                std::time::Instant::now() < until,
-                "host-sim dev logged no `{text}`"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The value of the next stdout line starting with `key `.
-    fn expect(&self, key: &str, within: Duration) -> String {
-        let line = self
-            .lines
-            .recv_timeout(within)
-            .unwrap_or_else(|e| panic!("host-sim dev printed no `{key}` line: {e}"));
-        line.strip_prefix(&format!("{key} "))
-            .unwrap_or_else(|| panic!("expected `{key} …`, host-sim dev printed `{line}`"))
-            .to_owned()
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..50 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `POST /greet` on the dev host's API: the status, the body and the
 /// runtime generation.
 fn greet_over_http(base: &str, token: &str, name: &str) -> (u16, serde_json::Value, u64) {
@@ -562,7 +481,7 @@ fn the_first_extension_tutorial_works_as_written() {
     // `host-sim dev` with the stand-in upstream and a secret file.
     let (origin, seen) = upstream(&project);
     std::fs::write(project.join("upstream.secret"), format!("{SECRET}\n")).unwrap();
-    let dev = Dev::start(
+    let dev = HostSimDev::start(
         Command::new(&host_sim)
             .current_dir(&project)
             .args(["dev", "--manifest", "manifest.toml", "--component"])
