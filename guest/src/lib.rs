@@ -1,8 +1,12 @@
 //! The guest side of `platform:extension@0.1.0`, for extension authors.
 //!
-//! - [`actions!`] dispatches the manifest's action names to typed handlers;
-//!   inputs and outputs are JSON through serde ([`Json`]) or a reader of
-//!   your own ([`Input`]).
+//! - `manifest!` (feature `manifest`) reads `manifest.toml` at build time
+//!   and generates the action names, each action's input and output types
+//!   from its JSON Schemas and a trait with one handler per action, so code
+//!   and manifest that disagree do not compile.
+//! - [`actions!`] dispatches the manifest's action names to typed handlers
+//!   you declare yourself; inputs and outputs are JSON through serde
+//!   ([`Json`]) or a reader of your own ([`Input`]).
 //! - [`Host`] is what a handler gets: the invocation ([`Host::invocation`]),
 //!   the host-owned HTTP bindings ([`Host::send`] with [`HttpRequest`]),
 //!   the project's documents ([`documents`], with compare-and-set) and the
@@ -36,6 +40,8 @@ pub mod component;
 
 pub use action::{Input, Json, NoInput, Output};
 pub use error::{ActionError, ErrorCode};
+#[cfg(feature = "manifest")]
+pub use extension_guest_macros::manifest;
 pub use host::{
     BindingError, Document, DocumentError, Host, HttpRequest, HttpResponse, Invocation, LogLevel,
     Precondition, ProjectSettings,
