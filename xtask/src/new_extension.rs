@@ -19,10 +19,18 @@ pub struct Args {
 }
 
 /// The template's files: path in the project, contents.
-const FILES: [(&str, &str); 7] = [
+const FILES: [(&str, &str); 9] = [
     ("Cargo.toml", include_str!("../template/Cargo.toml")),
     ("manifest.toml", include_str!("../template/manifest.toml")),
+    (
+        ".cargo/config.toml",
+        include_str!("../template/cargo-config.toml"),
+    ),
     ("src/lib.rs", include_str!("../template/src/lib.rs")),
+    (
+        "tests/common/mod.rs",
+        include_str!("../template/tests/common/mod.rs"),
+    ),
     ("tests/greet.rs", include_str!("../template/tests/greet.rs")),
     (
         "dev-upstream/salutation.json",
@@ -33,7 +41,13 @@ const FILES: [(&str, &str); 7] = [
 ];
 
 /// Crates the template depends on, which a project cannot be named after.
-const TAKEN: [&str; 5] = ["extension-guest", "host-sim", "serde", "serde_json", "toml"];
+const TAKEN: [&str; 5] = [
+    "extension-guest",
+    "extension-guest-macros",
+    "host-sim",
+    "serde",
+    "serde_json",
+];
 
 /// The values the template's `{{placeholders}}` take.
 struct Names {
@@ -43,42 +57,71 @@ struct Names {
     krate: String,
     /// The first word of action names and MCP tools (`-` → `_`).
     action_prefix: String,
-    /// The guest crate in this checkout.
+    /// The guest crate in this checkout, relative to the project.
     guest_path: String,
-    /// host-sim in this checkout (the tests' in-process test host).
+    /// host-sim in this checkout (the tests' in-process test host),
+    /// relative to the project.
     host_sim_path: String,
+    /// The target directory every extension project of this checkout
+    /// shares (`target/extensions`), relative to the project.
+    shared_target: String,
+}
+
+/// The index of manifest.toml in [`FILES`].
+fn manifest_index() -> usize {
+    FILES
+        .iter()
+        .position(|(path, _)| *path == "manifest.toml")
+        .expect("the template has a manifest.toml")
+}
+
+/// Refuses a NAME that is not an extension id or that the template's
+/// dependencies already use.
+fn check_name(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let valid = matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && name.len() <= 63
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.ends_with('-');
+    if !valid {
+        bail!(
+            "NAME `{name}`: must be 1 to 63 characters of a-z, 0-9 and `-`, starting with a letter and not ending with `-`"
+        );
+    }
+    if TAKEN.contains(&name) {
+        bail!("NAME `{name}`: the template depends on a crate of that name; choose another");
+    }
+    Ok(())
 }
 
 impl Names {
-    fn new(name: &str) -> Result<Self> {
-        let mut chars = name.chars();
-        let valid = matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
-            && name.len() <= 63
-            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !name.ends_with('-');
-        if !valid {
-            bail!(
-                "NAME `{name}`: must be 1 to 63 characters of a-z, 0-9 and `-`, starting with a letter and not ending with `-`"
-            );
-        }
-        if TAKEN.contains(&name) {
-            bail!("NAME `{name}`: the template depends on a crate of that name; choose another");
-        }
-        let guest = crate::workspace_root().join("guest");
-        let guest = guest
+    /// The names for the project `name` generated in `dir` (which exists).
+    fn new(name: &str, dir: &Path) -> Result<Self> {
+        check_name(name)?;
+        let dir = dir
             .canonicalize()
-            .with_context(|| format!("the guest crate is missing at {}", guest.display()))?;
-        let host_sim = crate::workspace_root().join("host-sim");
-        let host_sim = host_sim
+            .with_context(|| format!("cannot resolve {}", dir.display()))?;
+        let root = crate::workspace_root();
+        let root = root
             .canonicalize()
-            .with_context(|| format!("host-sim is missing at {}", host_sim.display()))?;
+            .with_context(|| format!("cannot resolve {}", root.display()))?;
+        // Relative, so that the project and the checkout can move together.
+        let in_checkout = |path: &str| -> Result<String> {
+            let absolute = root.join(path);
+            if !path.starts_with("target") && !absolute.is_dir() {
+                bail!("{path} is missing at {}", absolute.display());
+            }
+            let relative = pathdiff::diff_paths(&absolute, &dir).unwrap_or(absolute);
+            Ok(relative.to_string_lossy().into_owned())
+        };
         let underscored = name.replace('-', "_");
         Ok(Self {
             name: name.to_owned(),
             krate: underscored.clone(),
             action_prefix: underscored,
-            guest_path: guest.to_string_lossy().into_owned(),
-            host_sim_path: host_sim.to_string_lossy().into_owned(),
+            guest_path: in_checkout("guest")?,
+            host_sim_path: in_checkout("host-sim")?,
+            shared_target: in_checkout("target/extensions")?,
         })
     }
 
@@ -89,11 +132,11 @@ impl Names {
             .replace("{{action_prefix}}", &self.action_prefix)
             .replace("{{guest_path}}", &self.guest_path)
             .replace("{{host_sim_path}}", &self.host_sim_path)
+            .replace("{{shared_target}}", &self.shared_target)
     }
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let names = Names::new(&args.name)?;
     let dir = args
         .dir
         .clone()
@@ -104,7 +147,10 @@ pub fn run(args: &Args) -> Result<()> {
             dir.display()
         );
     }
-    let manifest = names.render(FILES[1].1);
+    check_name(&args.name)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let names = Names::new(&args.name, &dir)?;
+    let manifest = names.render(FILES[manifest_index()].1);
     Manifest::from_toml(&manifest).context("the template's manifest.toml (a bug in xtask)")?;
 
     crate::step(format!(
@@ -124,6 +170,10 @@ pub fn run(args: &Args) -> Result<()> {
         "    {}: the action {}.greet, the binding `upstream`, the collection `greetings`",
         dir.join("manifest.toml").display(),
         names.action_prefix
+    );
+    println!(
+        "    builds go to {} (shared by this checkout's extensions)",
+        crate::workspace_root().join("target/extensions").display()
     );
     println!(
         "    next: cd {} && cargo component build --release && cargo test",

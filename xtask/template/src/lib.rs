@@ -5,28 +5,23 @@
 //! compare-and-set, so concurrent calls never lose a count) and answers a
 //! message.
 
-use extension_guest::{ActionError, ErrorCode, Host, HttpRequest, Json, LogLevel, documents};
+use std::num::NonZeroU64;
+
+use extension_guest::{ActionError, ErrorCode, Host, HttpRequest, LogLevel, documents};
 use serde::{Deserialize, Serialize};
 
-/// The action, as named in manifest.toml.
-pub const GREET: &str = "{{action_prefix}}.greet";
+// From manifest.toml, at build time: the module `manifest` with each
+// action's name (`GREET`), its input and output types (`GreetInput`,
+// `GreetOutput`, from the JSON Schemas) and the trait `Actions`, one handler
+// per action. A manifest and code that disagree do not compile.
+extension_guest::manifest!();
+
+pub use manifest::{GREET, GreetInput, GreetOutput};
+
 /// The binding manifest.toml declares.
 pub const UPSTREAM: &str = "upstream";
 /// Where the salutation is read on the binding's origin.
 pub const SALUTATION_PATH: &str = "/salutation.json";
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GreetInput {
-    pub name: String,
-}
-
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-pub struct Greeting {
-    pub message: String,
-    /// How many greetings this project has made, this one included.
-    pub count: u64,
-}
 
 /// What the upstream answers.
 #[derive(Deserialize)]
@@ -40,47 +35,47 @@ struct Counter {
     greetings: u64,
 }
 
-pub fn greet<H: Host + ?Sized>(
-    host: &H,
-    Json(input): Json<GreetInput>,
-) -> Result<Json<Greeting>, ActionError> {
-    let name = input.name.trim();
-    if name.is_empty() {
-        return Err(ActionError::invalid_input("name: must not be blank"));
+/// The extension: the handlers of manifest.toml's actions.
+pub struct Extension;
+
+impl manifest::Actions for Extension {
+    fn greet<H: Host + ?Sized>(host: &H, input: GreetInput) -> Result<GreetOutput, ActionError> {
+        let name = input.name.trim();
+        if name.is_empty() {
+            return Err(ActionError::invalid_input("name: must not be blank"));
+        }
+        let response = host.send(HttpRequest::get(UPSTREAM, SALUTATION_PATH))?;
+        if !response.is_success() {
+            return Err(ActionError::new(
+                ErrorCode::ProviderRejected,
+                format!("GET {SALUTATION_PATH} answered {}", response.status),
+            ));
+        }
+        let Salutation { salutation } = response.json().map_err(|_| {
+            ActionError::new(
+                ErrorCode::ProviderRejected,
+                format!("GET {SALUTATION_PATH} answered no JSON object with a `salutation` string"),
+            )
+        })?;
+        let counter = documents::update(
+            host,
+            "greetings",
+            "counter",
+            5,
+            |current: Option<&Counter>| {
+                Ok(Counter {
+                    greetings: current.map_or(0, |c| c.greetings) + 1,
+                })
+            },
+        )?;
+        host.log(LogLevel::Info, &format!("greeted {name}"));
+        Ok(GreetOutput {
+            message: format!("{salutation}, {name}!"),
+            // The output schema's `minimum = 1` made this a NonZeroU64.
+            count: NonZeroU64::new(counter.value.greetings)
+                .ok_or_else(|| ActionError::internal("the greeting counter stayed at 0"))?,
+        })
     }
-    let response = host.send(HttpRequest::get(UPSTREAM, SALUTATION_PATH))?;
-    if !response.is_success() {
-        return Err(ActionError::new(
-            ErrorCode::ProviderRejected,
-            format!("GET {SALUTATION_PATH} answered {}", response.status),
-        ));
-    }
-    let Salutation { salutation } = response.json().map_err(|_| {
-        ActionError::new(
-            ErrorCode::ProviderRejected,
-            format!("GET {SALUTATION_PATH} answered no JSON object with a `salutation` string"),
-        )
-    })?;
-    let counter = documents::update(
-        host,
-        "greetings",
-        "counter",
-        5,
-        |current: Option<&Counter>| {
-            Ok(Counter {
-                greetings: current.map_or(0, |c| c.greetings) + 1,
-            })
-        },
-    )?;
-    host.log(LogLevel::Info, &format!("greeted {name}"));
-    Ok(Json(Greeting {
-        message: format!("{salutation}, {name}!"),
-        count: counter.value.greetings,
-    }))
 }
 
-extension_guest::actions! {
-    GREET => greet,
-}
-
-extension_guest::export!(dispatch);
+extension_guest::export!(manifest::dispatch::<Extension>);

@@ -1,68 +1,15 @@
-//! The built component in host-sim's in-process test host
-//! (`host_sim::testing`): the `upstream` binding answered by a handler in
-//! this process, documents and the secret as the platform's host keeps
-//! them. Build the component first: `cargo component build --release`
-//! (or point `EXTENSION_COMPONENT` at a build).
+//! The `greet` action in host-sim's in-process test host: the `upstream`
+//! binding answered by a handler in this process, documents and the secret
+//! as the platform's host keeps them.
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::Duration;
 
-use host_sim::testing::{ProviderResponse, TestHost, TestHostBuilder};
+use common::test_host;
+use host_sim::testing::{ProviderResponse, TestHost};
 use serde_json::json;
-use {{crate}}::{ACTIONS, GREET, SALUTATION_PATH, UPSTREAM};
-
-fn project_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The component `cargo component build --release` wrote; refused when it
-/// is older than the sources (the test would run yesterday's code).
-fn component() -> PathBuf {
-    let path = std::env::var_os("EXTENSION_COMPONENT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| project_dir().join("target"));
-            target.join("wasm32-wasip1/release/{{crate}}.wasm")
-        });
-    let built = std::fs::metadata(&path)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|_| {
-            panic!(
-                "no component at {}: run `cargo component build --release` first",
-                path.display()
-            )
-        });
-    let (newest, source) = newest_file(&project_dir().join("src")).expect("src/ has files");
-    assert!(
-        built >= newest,
-        "{} is older than {}: run `cargo component build --release` again",
-        path.display(),
-        source.strip_prefix(project_dir()).unwrap_or(&source).display()
-    );
-    path
-}
-
-/// The most recently modified file under `dir`, in every subfolder.
-fn newest_file(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|entry| {
-            let entry = entry.ok()?;
-            let meta = entry.metadata().ok()?;
-            if meta.is_dir() {
-                newest_file(&entry.path())
-            } else {
-                Some((meta.modified().ok()?, entry.path()))
-            }
-        })
-        .max()
-}
-
-fn test_host() -> TestHostBuilder {
-    TestHost::from_files(project_dir().join("manifest.toml"), component()).unwrap()
-}
+use {{crate}}::{GREET, SALUTATION_PATH, UPSTREAM};
 
 fn upstream_says(salutation: &'static str) -> TestHost {
     test_host()
@@ -135,16 +82,4 @@ fn upstream_failures_are_provider_errors_and_count_nothing() {
     let unreachable = down.invoke(GREET, json!({ "name": "Ada" })).unwrap_err();
     assert_eq!(unreachable.code(), "provider_unavailable", "{unreachable}");
     assert!(down.document("greetings", "counter").is_none());
-}
-
-#[test]
-fn the_dispatched_actions_are_the_manifest_s() {
-    let manifest: toml::Value = toml::from_str(include_str!("../manifest.toml")).unwrap();
-    let declared: Vec<&str> = manifest["actions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|action| action["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(declared, ACTIONS);
 }
