@@ -6,6 +6,7 @@
 //! points at an Umami fake on loopback, and a customer token for the project.
 
 pub mod oauth;
+pub mod wrk;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -20,20 +20,32 @@ pub struct Guest {
     pub target: Target,
     /// Cargo profile (see the workspace `Cargo.toml`).
     pub profile: &'static str,
+    /// A `wasi:http/proxy` component (preview1's proxy adapter instead of
+    /// the reactor), built only when named: a benchmark's, not the tests'.
+    pub http_proxy: bool,
 }
 
-pub const GUESTS: [Guest; 2] = [
+pub const GUESTS: [Guest; 3] = [
     Guest {
         package: "managed-analytics",
         artifact: "managed_analytics",
         target: Target::Bare,
         profile: "plugin",
+        http_proxy: false,
     },
     Guest {
         package: "test-extension",
         artifact: "test_extension",
         target: Target::Wasip1,
         profile: "guest",
+        http_proxy: false,
+    },
+    Guest {
+        package: "http-hello",
+        artifact: "http_hello",
+        target: Target::Wasip1,
+        profile: "guest",
+        http_proxy: true,
     },
 ];
 
@@ -57,7 +69,13 @@ pub fn build(toolchain: &WasmToolchain, only: &[String]) -> Result<Vec<PathBuf>>
     }
     let selected: Vec<&Guest> = GUESTS
         .iter()
-        .filter(|g| only.is_empty() || only.iter().any(|o| o == g.package))
+        .filter(|g| {
+            if only.is_empty() {
+                !g.http_proxy
+            } else {
+                only.iter().any(|o| o == g.package)
+            }
+        })
         .collect();
     build_into(
         toolchain,
@@ -104,7 +122,7 @@ fn build_into(
                 guest.package
             )
         })?;
-        let component = componentize(&module, guest.target)
+        let component = componentize(&module, guest.target, guest.http_proxy)
             .with_context(|| format!("cannot turn {} into a component", guest.package))?;
         let out = out_dir.join(format!("{}.wasm", guest.artifact));
         std::fs::write(&out, &component)
@@ -122,17 +140,23 @@ fn build_into(
 }
 
 /// Turns a core module (with the component type that wit-bindgen embedded)
-/// into a component; a wasip1 module gets the preview1 reactor adapter.
-pub fn componentize(module: &[u8], target: Target) -> Result<Vec<u8>> {
+/// into a component; a wasip1 module gets the preview1 reactor adapter, or
+/// the proxy adapter for a `wasi:http/proxy` component.
+pub fn componentize(module: &[u8], target: Target, http_proxy: bool) -> Result<Vec<u8>> {
+    use wasi_preview1_component_adapter_provider::{
+        WASI_SNAPSHOT_PREVIEW1_PROXY_ADAPTER, WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
+    };
     let encoder = wit_component::ComponentEncoder::default()
         .module(module)?
         .validate(true);
+    let adapter = if http_proxy {
+        WASI_SNAPSHOT_PREVIEW1_PROXY_ADAPTER
+    } else {
+        WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER
+    };
     match target {
         Target::Bare => encoder,
-        Target::Wasip1 => encoder.adapter(
-            "wasi_snapshot_preview1",
-            wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
-        )?,
+        Target::Wasip1 => encoder.adapter("wasi_snapshot_preview1", adapter)?,
     }
     .encode()
 }

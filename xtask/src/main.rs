@@ -49,7 +49,8 @@ enum Command {
     Toolchain,
     /// Build the guest components (plugin, test extension) into target/guests.
     Guests {
-        /// Only these packages (default: every guest).
+        /// Only these packages (default: every guest but `http-hello`, the
+        /// peer benchmark's wasi:http component, built only when named).
         packages: Vec<String>,
     },
     /// Build the panel's browser bundle into target/guests/panel.
