@@ -121,6 +121,10 @@ pub struct ServeArgs {
     /// Directory of the file transport (default `<data-dir>/outbox`).
     #[arg(long, env = "MAIL_OUTBOX_DIR")]
     pub outbox_dir: Option<PathBuf>,
+    /// The file transport without DKIM signatures, for the send_load
+    /// benchmark's CPU bound only; refused with `--smtp-host`.
+    #[arg(long, env = "MAIL_BENCH_UNSIGNED", hide = true)]
+    pub bench_unsigned: bool,
     /// Upper bound of one handoff; a `sending` email older than this (plus
     /// 30 s) belongs to a stopped node and is declared `unknown`.
     #[arg(long, env = "MAIL_HANDOFF_LEASE_MS", default_value_t = 120_000)]
@@ -250,12 +254,23 @@ impl ServeArgs {
     /// quote the password.
     pub fn transport(&self, storage: &StorageArgs) -> Result<Transport, String> {
         let Some(host) = &self.smtp_host else {
-            return Ok(Transport::File(
-                self.outbox_dir
-                    .clone()
-                    .unwrap_or_else(|| storage.data_dir.join("outbox")),
-            ));
+            let dir = self
+                .outbox_dir
+                .clone()
+                .unwrap_or_else(|| storage.data_dir.join("outbox"));
+            return Ok(if self.bench_unsigned {
+                Transport::FileUnsigned(dir)
+            } else {
+                Transport::File(dir)
+            });
         };
+        if self.bench_unsigned {
+            return Err(
+                "--bench-unsigned (MAIL_BENCH_UNSIGNED): only with the file transport; \
+                 a relay's mail is always DKIM-signed"
+                    .to_owned(),
+            );
+        }
         let password = match &self.smtp_password_file {
             None => self.smtp_password.clone(),
             Some(file) => {
@@ -335,5 +350,44 @@ impl ServeArgs {
             },
             ..Settings::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        storage: StorageArgs,
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn transport(args: &[&str]) -> Result<Transport, String> {
+        let cli = Cli::try_parse_from(std::iter::once("mail-service").chain(args.iter().copied()))
+            .expect("the flags parse");
+        cli.serve.transport(&cli.storage)
+    }
+
+    #[test]
+    fn unsigned_mail_is_only_for_the_benchmark_s_file_transport() {
+        assert!(matches!(transport(&[]), Ok(Transport::File(_))));
+        assert!(matches!(
+            transport(&["--bench-unsigned"]),
+            Ok(Transport::FileUnsigned(_))
+        ));
+        let refused = transport(&["--bench-unsigned", "--smtp-host", "relay.example"])
+            .map(|t| t.describe())
+            .unwrap_err();
+        assert!(
+            refused.starts_with(
+                "--bench-unsigned (MAIL_BENCH_UNSIGNED): only with the file transport"
+            ),
+            "{refused}"
+        );
     }
 }

@@ -25,6 +25,11 @@ pub enum Transport {
     /// Writes each accepted message to `<dir>/<email id>.eml` (the embedded
     /// default, so a first send works without an SMTP server).
     File(PathBuf),
+    /// [`Transport::File`] without the DKIM signature: for the send_load
+    /// benchmark only (`--bench-unsigned`), which measures the send path's
+    /// CPU without the signature to compute the bound signing allows.
+    /// Nothing it writes leaves the machine.
+    FileUnsigned(PathBuf),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +142,7 @@ impl DkimSigning {
     }
 
     /// The message with a `DKIM-Signature` header in front.
-    fn sign(&self, message: &[u8]) -> Result<Vec<u8>, String> {
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, String> {
         use mail_auth::common::headers::HeaderWriter;
         let signature = self
             .signer
@@ -169,6 +174,7 @@ impl Transport {
                 format!("smtp://{}:{} ({:?})", c.host, c.port, c.security)
             }
             Transport::File(dir) => format!("file:{}", dir.display()),
+            Transport::FileUnsigned(dir) => format!("file:{} (unsigned, benchmark)", dir.display()),
         }
     }
 
@@ -177,16 +183,19 @@ impl Transport {
             Ok(m) => m,
             Err(detail) => return Handoff::Rejected(detail),
         };
-        let bytes = match envelope.dkim.sign(&message.formatted()) {
-            Ok(signed) => signed,
-            Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
+        let bytes = match self {
+            Transport::FileUnsigned(_) => message.formatted(),
+            _ => match envelope.dkim.sign(&message.formatted()) {
+                Ok(signed) => signed,
+                Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
+            },
         };
         let smtp_envelope = match smtp_envelope(&message, envelope.return_path) {
             Ok(e) => e,
             Err(detail) => return Handoff::Rejected(detail),
         };
         match self {
-            Transport::File(dir) => {
+            Transport::File(dir) | Transport::FileUnsigned(dir) => {
                 // As a final delivery would: the envelope sender in front.
                 let mut file = match smtp_envelope.from() {
                     Some(from) => format!("Return-Path: <{from}>\r\n").into_bytes(),

@@ -1,0 +1,279 @@
+//! The signed send path against the bound the CPU allows, on SQLite.
+//!
+//! Two `mail-service serve` processes on one database, with the file
+//! transport each into its own outbox: one signs every message (as
+//! production does), one runs with the benchmark-only `--bench-unsigned`
+//! (no DKIM signature; refused with a relay). Both are loaded in
+//! alternating slices with concurrent `POST /emails`; per server the bench
+//! takes the accepted sends, p50/p99, the server's CPU per send and this
+//! process's (the load generator's), and the server's context switches per
+//! send (every thread's, from /proc/<pid>/task/*/status; threads that
+//! exited during a slice are not counted). In the same run it measures one
+//! DKIM signature's CPU on one thread, over a message the signed server
+//! wrote (its signature header taken off), with the service's own signer.
+//!
+//! The bound: the machine's cores divided by (the unsigned send's CPU per
+//! send, load generator included, + one signature). It prints the signed
+//! server's accepted/s as a share of it (target ≥ 0.85) and its context
+//! switches per send (target ≤ 6). It reports; it does not assert timing.
+//!
+//! `cargo bench -p mail-service --bench send_bound`
+//! (`MAIL_BENCH_SECONDS`, default 20 per server in 2-second slices;
+//! `MAIL_BENCH_CONCURRENCY`, default 16).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use mail_service::store::StorageConfig;
+use mail_service::transport::DkimSigning;
+use rsa::pkcs8::EncodePrivateKey;
+
+// SQLite only: the PostgreSQL helpers are unused here.
+#[allow(dead_code)]
+mod support;
+use support::load::{Samples, load_api};
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A process's (or thread's, for `/proc/thread-self`) CPU time so far, in
+/// seconds: user and system from its stat line, in USER_HZ (100) ticks.
+fn cpu_seconds(stat_path: &str) -> f64 {
+    let stat = std::fs::read_to_string(stat_path).expect("a /proc stat file");
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+}
+
+/// Voluntary and involuntary context switches of every thread of `pid`.
+fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// What one server did over its slices.
+#[derive(Default)]
+struct Measured {
+    samples: Samples,
+    server_cpu: f64,
+    client_cpu: f64,
+    switches: u64,
+    sent: usize,
+    errors: usize,
+}
+
+/// One message the server wrote into `outbox`, as the transport signed it
+/// (the `Return-Path` line the file transport adds taken off).
+fn written_message(outbox: &Path) -> Vec<u8> {
+    let file = std::fs::read_dir(outbox)
+        .expect("the outbox")
+        .filter_map(Result::ok)
+        .find(|e| e.path().extension().is_some_and(|x| x == "eml"))
+        .expect("the server wrote a message");
+    let bytes = std::fs::read(file.path()).unwrap();
+    let start = bytes
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map_or(0, |i| i + 2);
+    bytes[start..].to_vec()
+}
+
+/// `message` without its leading `DKIM-Signature` header (and its folded
+/// lines): what the signer signs.
+fn without_signature(message: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(message);
+    assert!(text.starts_with("DKIM-Signature:"), "a signed message");
+    let mut lines = text.split_inclusive("\r\n").skip(1).peekable();
+    while lines.peek().is_some_and(|l| l.starts_with([' ', '\t'])) {
+        lines.next();
+    }
+    lines.collect::<String>().into_bytes()
+}
+
+/// One RSA-2048 DKIM signature's CPU on this thread, in seconds, with the
+/// service's signer, over `message` for about two seconds.
+fn signature_cost(message: &[u8]) -> (f64, usize) {
+    let key = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 2048).unwrap();
+    let der = key.to_pkcs8_der().unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_bytes());
+    let signer = DkimSigning::from_pkcs8_base64("example.com", "mailservice", &b64).unwrap();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let cpu_before = cpu_seconds("/proc/thread-self/stat");
+                let started = Instant::now();
+                let mut count = 0;
+                while started.elapsed() < Duration::from_secs(2) {
+                    let signed = signer.sign(message).expect("the message signs");
+                    assert!(signed.starts_with(b"DKIM-Signature:"));
+                    count += 1;
+                }
+                let cpu = cpu_seconds("/proc/thread-self/stat") - cpu_before;
+                (cpu / count as f64, count)
+            })
+            .join()
+            .unwrap()
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    // `cargo bench` passes --bench; without it this is a one-second smoke run.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let seconds = if quick {
+        2
+    } else {
+        env_or("MAIL_BENCH_SECONDS", 20)
+    };
+    let concurrency = env_or("MAIL_BENCH_CONCURRENCY", 16) as usize;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    // The outboxes on a memory file system where there is one (see
+    // send_load: ext4's inode search for new files measured the disk's
+    // history instead of the service).
+    let outbox_parent = if Path::new("/dev/shm").is_dir() {
+        std::path::PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let outboxes = tempfile::tempdir_in(&outbox_parent).expect("outbox directory");
+    let storage = StorageConfig::sqlite(dir.path().join("mail.db"));
+    let Some((store, _service, _record, key)) =
+        support::bench_tenant("sqlite", &storage, dir.path(), "bound").await
+    else {
+        return;
+    };
+    let env = |kind: &str| {
+        let mut env = vec![
+            ("MAIL_DATA_DIR".to_owned(), dir.path().display().to_string()),
+            (
+                "MAIL_OUTBOX_DIR".to_owned(),
+                outboxes.path().join(kind).display().to_string(),
+            ),
+        ];
+        if kind == "unsigned" {
+            env.push(("MAIL_BENCH_UNSIGNED".to_owned(), "1".to_owned()));
+        }
+        env
+    };
+    let (mut signed_server, signed_base) = support::serve(&env("signed"));
+    let (mut unsigned_server, unsigned_base) = support::serve(&env("unsigned"));
+    let servers = [
+        (&signed_server, signed_base.as_str()),
+        (&unsigned_server, unsigned_base.as_str()),
+    ];
+    // Warm both (connections, caches, the signer built from the stored key).
+    for (_, base) in servers {
+        load_api(base, &key, "rcpt@example.com", 1, concurrency).await;
+    }
+    let slice = 2.min(seconds);
+    let pairs = (seconds / slice).max(1);
+    let mut measured = [Measured::default(), Measured::default()];
+    for pair in 0..pairs {
+        let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let (server, base) = servers[which];
+            let pid = server.id();
+            let stat = format!("/proc/{pid}/stat");
+            let (server_before, client_before, switches_before) = (
+                cpu_seconds(&stat),
+                cpu_seconds("/proc/self/stat"),
+                context_switches(pid),
+            );
+            let (latencies, elapsed, errors) =
+                load_api(base, &key, "rcpt@example.com", slice, concurrency).await;
+            let m = &mut measured[which];
+            m.server_cpu += cpu_seconds(&stat) - server_before;
+            m.client_cpu += cpu_seconds("/proc/self/stat") - client_before;
+            m.switches += context_switches(pid).saturating_sub(switches_before);
+            m.sent += latencies.len();
+            m.errors += errors;
+            m.samples.add(latencies, elapsed);
+        }
+    }
+    for server in [&mut signed_server, &mut unsigned_server] {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+
+    // What each server wrote: signed, and not.
+    let signed_message = written_message(&outboxes.path().join("signed"));
+    let unsigned_message = written_message(&outboxes.path().join("unsigned"));
+    assert!(
+        !unsigned_message.starts_with(b"DKIM-Signature:"),
+        "--bench-unsigned wrote a signed message"
+    );
+    let (signature, signatures) = signature_cost(&without_signature(&signed_message));
+    store.close().await;
+
+    let [signed, unsigned] = measured;
+    let per_send = |m: &Measured| (m.server_cpu + m.client_cpu) / m.sent.max(1) as f64;
+    let unsigned_cpu = per_send(&unsigned);
+    let bound = cores as f64 / (unsigned_cpu + signature);
+    let mut figures = Vec::new();
+    for (label, m) in [("signed", &signed), ("unsigned", &unsigned)] {
+        let (server, client, switches, errors, sent) = (
+            m.server_cpu / m.sent.max(1) as f64,
+            m.client_cpu / m.sent.max(1) as f64,
+            m.switches as f64 / m.sent.max(1) as f64,
+            m.errors,
+            m.sent,
+        );
+        figures.push((label, server, client, switches, errors, sent));
+    }
+    let [signed_rate, unsigned_rate] = [signed, unsigned].map(|m| m.samples.figures());
+    println!(
+        "send_bound (sqlite, {cores} cores, {concurrency} connections, {pairs} slices of {slice} s per server, outboxes in {})",
+        outbox_parent.display()
+    );
+    println!(
+        "| server | accepted/s | p50 | p99 | server CPU/send | load generator CPU/send | context switches/send | errors |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for ((label, server, client, switches, errors, sent), rate) in
+        figures.iter().zip([&signed_rate, &unsigned_rate])
+    {
+        println!(
+            "| {label} | {:.0} | {:.2} ms | {:.2} ms | {:.0} µs | {:.0} µs | {switches:.1} | {errors} of {sent} |",
+            rate.rate,
+            rate.p50_ms,
+            rate.p99_ms,
+            server * 1e6,
+            client * 1e6
+        );
+    }
+    println!(
+        "one DKIM signature (RSA-2048, the service's signer, one thread): {:.0} µs of CPU ({signatures} signatures)",
+        signature * 1e6
+    );
+    println!(
+        "CPU bound: {cores} cores / ({:.0} µs unsigned send + {:.0} µs signature) = {bound:.0} signed sends/s",
+        unsigned_cpu * 1e6,
+        signature * 1e6
+    );
+    println!(
+        "signed sends: {:.0}/s = {:.2} of the bound (target 0.85), p99 {:.2} ms (target 20), {:.1} context switches per send (target 6)",
+        signed_rate.rate,
+        signed_rate.rate / bound,
+        signed_rate.p99_ms,
+        figures[0].3
+    );
+}
