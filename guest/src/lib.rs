@@ -58,9 +58,11 @@ macro_rules! export {
     ($invoke:path) => {
         #[cfg(target_arch = "wasm32")]
         const _: () = {
-            struct Extension;
+            // Not `Extension`: the path may name the crate's own type of
+            // that name (`manifest::dispatch::<Extension>`).
+            struct __ExtensionGuestExport;
 
-            impl $crate::component::Guest for Extension {
+            impl $crate::component::Guest for __ExtensionGuestExport {
                 fn invoke(
                     action: ::std::string::String,
                     input: ::std::string::String,
@@ -74,7 +76,7 @@ macro_rules! export {
                 }
             }
 
-            $crate::component::bindings::__export_extension_bindings!(Extension with_types_in $crate::component::bindings);
+            $crate::component::bindings::__export_extension_bindings!(__ExtensionGuestExport with_types_in $crate::component::bindings);
         };
     };
 }
