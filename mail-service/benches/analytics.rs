@@ -26,13 +26,6 @@ use mail_service::store::StorageConfig;
 const DAY_MS: i64 = 86_400_000;
 const CHUNK: i64 = 100_000;
 
-fn env_or(name: &str, default: i64) -> i64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let idx = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[idx].as_secs_f64() * 1000.0
@@ -78,8 +71,8 @@ async fn seed(storage: &StorageConfig, sql: &str) {
 }
 
 async fn run(label: &str, storage: StorageConfig, dir: &std::path::Path) {
-    let emails = env_or("MAIL_BENCH_EMAILS", 1_000_000);
-    let calls = env_or("MAIL_BENCH_CALLS", 500) as usize;
+    let emails = support::env_or("MAIL_BENCH_EMAILS", 1_000_000) as i64;
+    let calls = support::env_or("MAIL_BENCH_CALLS", 500) as usize;
     let Some((store, service, key, _)) =
         support::bench_tenant(label, &storage, dir, "analytics").await
     else {

@@ -40,13 +40,6 @@ const LEAD: Duration = Duration::from_secs(3);
 /// How long after the last due time the benchmark waits for stragglers.
 const GRACE: Duration = Duration::from_secs(60);
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn micros(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .expect("the clock is after 1970")
@@ -290,13 +283,13 @@ async fn run(
 
 #[tokio::main]
 async fn main() {
-    let quick = !std::env::args().any(|a| a == "--bench");
+    let quick = !support::measuring();
     let (emails, span) = if quick {
         (200, Duration::from_secs(2))
     } else {
         (
-            env_or("MAIL_BENCH_EMAILS", 10_000) as usize,
-            Duration::from_secs(env_or("MAIL_BENCH_SPAN_SECONDS", 60)),
+            support::env_or("MAIL_BENCH_EMAILS", 10_000) as usize,
+            Duration::from_secs(support::env_or("MAIL_BENCH_SPAN_SECONDS", 60)),
         )
     };
     let only = std::env::var("MAIL_BENCH_ONLY").ok();

@@ -27,23 +27,10 @@ use mail_service::store::StorageConfig;
 use mta::{Mta, MtaOptions, PASSWORD, USER};
 use support::load::{Samples, load_api};
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 #[tokio::main]
 async fn main() {
-    // `cargo bench` passes --bench; without it this is a smoke run.
-    let quick = !std::env::args().any(|a| a == "--bench");
-    let seconds = if quick {
-        1
-    } else {
-        env_or("MAIL_BENCH_SECONDS", 10)
-    };
-    let concurrency = env_or("MAIL_BENCH_CONCURRENCY", 16) as usize;
+    let seconds = support::load_seconds(1, 10);
+    let concurrency = support::env_or("MAIL_BENCH_CONCURRENCY", 16) as usize;
     let dns = DnsFixture::start().expect("the DNS fixture starts");
     let Some(mta) = Mta::start(MtaOptions {
         dns: dns.addr(),

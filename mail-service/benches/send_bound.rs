@@ -34,13 +34,6 @@ use rsa::pkcs8::EncodePrivateKey;
 mod support;
 use support::load::{Samples, load_api};
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// A process's (or thread's, for `/proc/thread-self`) CPU time so far, in
 /// seconds: user and system from its stat line, in USER_HZ (100) ticks.
 fn cpu_seconds(stat_path: &str) -> f64 {
@@ -135,14 +128,8 @@ fn signature_cost(message: &[u8]) -> (f64, usize) {
 
 #[tokio::main]
 async fn main() {
-    // `cargo bench` passes --bench; without it this is a one-second smoke run.
-    let quick = !std::env::args().any(|a| a == "--bench");
-    let seconds = if quick {
-        2
-    } else {
-        env_or("MAIL_BENCH_SECONDS", 20)
-    };
-    let concurrency = env_or("MAIL_BENCH_CONCURRENCY", 16) as usize;
+    let seconds = support::load_seconds(2, 20);
+    let concurrency = support::env_or("MAIL_BENCH_CONCURRENCY", 16) as usize;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
 
     // The outboxes on a memory file system where there is one (see

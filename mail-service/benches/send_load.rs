@@ -46,13 +46,6 @@ mod support;
 use support::RATE_LIMIT;
 use support::load::{Samples, load_api};
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// The row writes of one accepted `POST /emails`, in the units the service
 /// writes them in: the request log and the rate count, the email, its
 /// outcome, the log's completion.
@@ -359,15 +352,8 @@ async fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    // `cargo bench` passes --bench; without it (`cargo test --benches`,
-    // `--all-targets`) this is a one-second smoke run.
-    let quick = !std::env::args().any(|a| a == "--bench");
-    let seconds = if quick {
-        1
-    } else {
-        env_or("MAIL_BENCH_SECONDS", 15)
-    };
-    let concurrency = env_or("MAIL_BENCH_CONCURRENCY", 16) as usize;
+    let seconds = support::load_seconds(1, 15);
+    let concurrency = support::env_or("MAIL_BENCH_CONCURRENCY", 16) as usize;
 
     let only = std::env::var("MAIL_BENCH_ONLY").ok();
     let wanted = |kind: &str| only.as_deref().is_none_or(|o| o == kind);
@@ -424,7 +410,7 @@ async fn main() {
         let pg = support::BenchSchema::new();
         // The service's pool size (its default unless set), for the server
         // and for the raw writers alike.
-        let connections = env_or("MAIL_DB_MAX_CONNECTIONS", 10);
+        let connections = support::env_or("MAIL_DB_MAX_CONNECTIONS", 10);
         let mut env = pg.serve_env(pg_dir.path());
         env.push(("MAIL_DB_MAX_CONNECTIONS".into(), connections.to_string()));
         env.push(outbox("postgres"));

@@ -30,13 +30,6 @@ use serde_json::{Value, json};
 
 mod support;
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// (arrival ms, the event's created_at ms) per delivery.
 type Arrivals = Arc<Mutex<Vec<(i64, i64)>>>;
 
@@ -239,13 +232,13 @@ async fn run(
 #[tokio::main]
 async fn main() {
     // Without `--bench` (a test run of every target) a small smoke run.
-    let quick = !std::env::args().any(|a| a == "--bench");
+    let quick = !support::measuring();
     let events = if quick {
         50
     } else {
-        env_or("MAIL_BENCH_EVENTS", 3000) as usize
+        support::env_or("MAIL_BENCH_EVENTS", 3000) as usize
     };
-    let poll_ms = env_or("MAIL_WEBHOOK_POLL_MS", 500);
+    let poll_ms = support::env_or("MAIL_WEBHOOK_POLL_MS", 500);
     let only = std::env::var("MAIL_BENCH_ONLY").ok();
     let wanted = |kind: &str| only.as_deref().is_none_or(|o| o == kind);
     let dir = tempfile::tempdir().unwrap();

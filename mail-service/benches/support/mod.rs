@@ -15,6 +15,32 @@ use mail_service::service::{MailService, Settings};
 use mail_service::store::{MasterKeySource, StorageConfig, Store};
 use mail_service::transport::Transport;
 
+/// The number in the environment variable `name`, or `default`.
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Whether `cargo bench` runs this (it passes `--bench`); without it
+/// (`cargo test --benches`, `--all-targets`) a benchmark makes a short
+/// smoke run.
+pub fn measuring() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// Seconds of load per kind: `MAIL_BENCH_SECONDS` (default `default`)
+/// when measuring, `smoke` in a smoke run.
+#[allow(dead_code)] // the load benchmarks use it, not every benchmark
+pub fn load_seconds(smoke: u64, default: u64) -> u64 {
+    if measuring() {
+        env_or("MAIL_BENCH_SECONDS", default)
+    } else {
+        smoke
+    }
+}
+
 /// The bench tenant's limit: high enough never to refuse.
 pub const RATE_LIMIT: i64 = 1_000_000_000;
 
