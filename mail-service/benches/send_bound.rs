@@ -157,7 +157,7 @@ async fn main() {
             ),
         ];
         if kind == "unsigned" {
-            env.push(("MAIL_BENCH_UNSIGNED".to_owned(), "1".to_owned()));
+            env.push(("MAIL_BENCH_UNSIGNED".to_owned(), "true".to_owned()));
         }
         env
     };
