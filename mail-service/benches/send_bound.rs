@@ -28,38 +28,12 @@ use base64::Engine;
 use mail_service::store::StorageConfig;
 use mail_service::transport::DkimSigning;
 use rsa::pkcs8::EncodePrivateKey;
+use soak_fixture::{context_switches, cpu_seconds, thread_cpu_seconds};
 
 // SQLite only: the PostgreSQL helpers are unused here.
 #[allow(dead_code)]
 mod support;
-use support::load::{Samples, load_api};
-
-/// A process's (or thread's, for `/proc/thread-self`) CPU time so far, in
-/// seconds: user and system from its stat line, in USER_HZ (100) ticks.
-fn cpu_seconds(stat_path: &str) -> f64 {
-    let stat = std::fs::read_to_string(stat_path).expect("a /proc stat file");
-    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
-}
-
-/// Voluntary and involuntary context switches of every thread of `pid`.
-fn context_switches(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .filter_map(Result::ok)
-        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-        .flat_map(|status| {
-            status
-                .lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
-        .sum()
-}
+use support::load::{Figures, Samples, load_api};
 
 /// What one server did over its slices.
 #[derive(Default)]
@@ -68,8 +42,31 @@ struct Measured {
     server_cpu: f64,
     client_cpu: f64,
     switches: u64,
-    sent: usize,
     errors: usize,
+}
+
+/// A server's figures, with its CPU (its own and the load generator's)
+/// and context switches per accepted send.
+struct PerSend {
+    figures: Figures,
+    server_cpu: f64,
+    client_cpu: f64,
+    switches: f64,
+    errors: usize,
+}
+
+impl Measured {
+    fn per_send(self) -> PerSend {
+        let figures = self.samples.figures();
+        let sent = figures.count.max(1) as f64;
+        PerSend {
+            server_cpu: self.server_cpu / sent,
+            client_cpu: self.client_cpu / sent,
+            switches: self.switches as f64 / sent,
+            errors: self.errors,
+            figures,
+        }
+    }
 }
 
 /// One message the server wrote into `outbox`, as the transport signed it
@@ -110,7 +107,7 @@ fn signature_cost(message: &[u8]) -> (f64, usize) {
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                let cpu_before = cpu_seconds("/proc/thread-self/stat");
+                let cpu_before = thread_cpu_seconds();
                 let started = Instant::now();
                 let mut count = 0;
                 while started.elapsed() < Duration::from_secs(2) {
@@ -118,7 +115,7 @@ fn signature_cost(message: &[u8]) -> (f64, usize) {
                     assert!(signed.starts_with(b"DKIM-Signature:"));
                     count += 1;
                 }
-                let cpu = cpu_seconds("/proc/thread-self/stat") - cpu_before;
+                let cpu = thread_cpu_seconds() - cpu_before;
                 (cpu / count as f64, count)
             })
             .join()
@@ -178,20 +175,15 @@ async fn main() {
         let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
         for which in order {
             let (server, base) = servers[which];
-            let pid = server.id();
-            let stat = format!("/proc/{pid}/stat");
-            let (server_before, client_before, switches_before) = (
-                cpu_seconds(&stat),
-                cpu_seconds("/proc/self/stat"),
-                context_switches(pid),
-            );
+            let (pid, me) = (server.id(), std::process::id());
+            let (server_before, client_before, switches_before) =
+                (cpu_seconds(pid), cpu_seconds(me), context_switches(pid));
             let (latencies, elapsed, errors) =
                 load_api(base, &key, "rcpt@example.com", slice, concurrency).await;
             let m = &mut measured[which];
-            m.server_cpu += cpu_seconds(&stat) - server_before;
-            m.client_cpu += cpu_seconds("/proc/self/stat") - client_before;
+            m.server_cpu += cpu_seconds(pid) - server_before;
+            m.client_cpu += cpu_seconds(me) - client_before;
             m.switches += context_switches(pid).saturating_sub(switches_before);
-            m.sent += latencies.len();
             m.errors += errors;
             m.samples.add(latencies, elapsed);
         }
@@ -211,22 +203,9 @@ async fn main() {
     let (signature, signatures) = signature_cost(&without_signature(&signed_message));
     store.close().await;
 
-    let [signed, unsigned] = measured;
-    let per_send = |m: &Measured| (m.server_cpu + m.client_cpu) / m.sent.max(1) as f64;
-    let unsigned_cpu = per_send(&unsigned);
+    let [signed, unsigned] = measured.map(Measured::per_send);
+    let unsigned_cpu = unsigned.server_cpu + unsigned.client_cpu;
     let bound = cores as f64 / (unsigned_cpu + signature);
-    let mut figures = Vec::new();
-    for (label, m) in [("signed", &signed), ("unsigned", &unsigned)] {
-        let (server, client, switches, errors, sent) = (
-            m.server_cpu / m.sent.max(1) as f64,
-            m.client_cpu / m.sent.max(1) as f64,
-            m.switches as f64 / m.sent.max(1) as f64,
-            m.errors,
-            m.sent,
-        );
-        figures.push((label, server, client, switches, errors, sent));
-    }
-    let [signed_rate, unsigned_rate] = [signed, unsigned].map(|m| m.samples.figures());
     println!(
         "send_bound (sqlite, {cores} cores, {concurrency} connections, {pairs} slices of {slice} s per server, outboxes in {})",
         outbox_parent.display()
@@ -235,16 +214,17 @@ async fn main() {
         "| server | accepted/s | p50 | p99 | server CPU/send | load generator CPU/send | context switches/send | errors |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for ((label, server, client, switches, errors, sent), rate) in
-        figures.iter().zip([&signed_rate, &unsigned_rate])
-    {
+    for (label, row) in [("signed", &signed), ("unsigned", &unsigned)] {
         println!(
-            "| {label} | {:.0} | {:.2} ms | {:.2} ms | {:.0} µs | {:.0} µs | {switches:.1} | {errors} of {sent} |",
-            rate.rate,
-            rate.p50_ms,
-            rate.p99_ms,
-            server * 1e6,
-            client * 1e6
+            "| {label} | {:.0} | {:.2} ms | {:.2} ms | {:.0} µs | {:.0} µs | {:.1} | {} of {} |",
+            row.figures.rate,
+            row.figures.p50_ms,
+            row.figures.p99_ms,
+            row.server_cpu * 1e6,
+            row.client_cpu * 1e6,
+            row.switches,
+            row.errors,
+            row.figures.count
         );
     }
     println!(
@@ -258,9 +238,9 @@ async fn main() {
     );
     println!(
         "signed sends: {:.0}/s = {:.2} of the bound (target 0.85), p99 {:.2} ms (target 20), {:.1} context switches per send (target 6)",
-        signed_rate.rate,
-        signed_rate.rate / bound,
-        signed_rate.p99_ms,
-        figures[0].3
+        signed.figures.rate,
+        signed.figures.rate / bound,
+        signed.figures.p99_ms,
+        signed.switches
     );
 }

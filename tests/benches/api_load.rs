@@ -37,15 +37,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use soak_fixture::cpu_seconds;
 use support::Platform;
-use support::wrk::{Figures, cpu_seconds, merge, wrk};
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use support::env_number;
+use support::wrk::{Figures, merge, wrk};
 
 /// Set in the child process that serves with metrics on.
 const ROLE: &str = "API_LOAD_ROLE";

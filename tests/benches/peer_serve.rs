@@ -35,21 +35,16 @@ use std::net::TcpListener;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use soak_fixture::cpu_seconds;
 use support::Platform;
-use support::wrk::{Figures, cpu_seconds, merge, wrk};
+use support::env_number;
+use support::wrk::{Figures, merge, wrk};
 
 /// The wasmtime major the workspace builds host-sim with (Cargo.toml).
 const WASMTIME_MAJOR: &str = "48.";
 
 const SETUP: &str = "cargo install wasmtime-cli --version 48.0.8 --locked --no-default-features \
 --features run,serve,component-model-async,cranelift,pooling-allocator,parallel-compilation,cache";
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// `wasmtime serve` on the hello component, until dropped.
 struct WasmtimeServe {

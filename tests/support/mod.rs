@@ -16,6 +16,15 @@ use host_sim::{AuthStyle, Caller, Host, HostConfig, Invocation, InvokeRequest, S
 use serde_json::Value;
 use umami_fake::{FakeConfig, FakeHandle, UmamiFake};
 
+/// The number in the environment variable `name`, or `default` (the
+/// benchmarks' settings).
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The extension id of the managed-analytics release.
 pub const EXTENSION: &str = "managed-analytics";
 

@@ -1,5 +1,5 @@
-//! wrk from a second process, as the load benchmarks run it: its figures,
-//! slices merged, and a server process's CPU time from /proc.
+//! wrk from a second process, as the load benchmarks run it: its figures
+//! and slices merged (a server's CPU time is `soak_fixture::cpu_seconds`).
 
 use std::process::Command;
 
@@ -111,18 +111,4 @@ pub fn merge(slices: &[Figures]) -> Figures {
         p99_ms: slices.iter().map(|f| f.p99_ms).sum::<f64>() / n,
         non_2xx: slices.iter().map(|f| f.non_2xx).sum(),
     }
-}
-
-/// A process's CPU time so far (user and system), in seconds.
-pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat =
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's /proc stat");
-    // Fields after the command name (which is in parentheses): state is
-    // the 3rd field of the line, utime the 14th and stime the 15th.
-    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // In clock ticks of USER_HZ, which Linux fixes at 100 on x86 and
-    // arm (the unit /proc reports in, whatever the kernel's HZ).
-    ticks / 100.0
 }

@@ -1,5 +1,6 @@
 //! Figures of a process under load, for the soak and chaos runs (issue
-//! 36): resident memory and open descriptors read from `/proc`, latency
+//! 36) and the load benchmarks: resident memory, open descriptors, CPU
+//! time and context switches read from `/proc`, latency
 //! percentiles, and the least-squares slope of a series over time. A leak
 //! is a slope: [`Soak::verdict`] fits one to what was sampled after the
 //! warm-up and calls a growing trend by name.
@@ -46,6 +47,57 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// CPU time (user and system) process `pid` has used so far, in seconds,
+/// all its threads, those that ended included.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU time (user and system) the calling thread has used so far, in
+/// seconds.
+pub fn thread_cpu_seconds() -> f64 {
+    stat_cpu_seconds("/proc/thread-self/stat")
+}
+
+/// utime + stime of a `/proc` stat file. The fields after the command name
+/// (which is in parentheses and may hold spaces): state is the 3rd field of
+/// the line, utime the 14th and stime the 15th, in clock ticks of USER_HZ,
+/// which Linux fixes at 100 on x86 and arm (the unit /proc reports in,
+/// whatever the kernel's HZ). Panics when the file cannot be read: a
+/// figure of 0 would pass for a measurement.
+fn stat_cpu_seconds(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let end = stat
+        .rfind(')')
+        .unwrap_or_else(|| panic!("{path}: not a stat line"));
+    let fields: Vec<&str> = stat[end + 1..].split_whitespace().collect();
+    let ticks = |i: usize| -> f64 {
+        fields[i]
+            .parse()
+            .unwrap_or_else(|_| panic!("{path}: field {} is not a number", i + 3))
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Voluntary and involuntary context switches of every thread process
+/// `pid` has now (a thread that ended takes its count with it).
+pub fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 /// Open file descriptors of process `pid`.
