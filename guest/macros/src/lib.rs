@@ -91,7 +91,10 @@ pub(crate) fn generate(text: &str, path: &Path) -> Result<TokenStream, String> {
 
     let mut actions: Vec<Action> = Vec::new();
     for action in &manifest.actions {
-        let method = method_name(&action.name);
+        let handler = handler_name(&action.name);
+        // A Rust keyword becomes a raw identifier (`r#type`).
+        let method = syn::parse_str::<syn::Ident>(&handler)
+            .unwrap_or_else(|_| syn::Ident::new_raw(&handler, Span::call_site()));
         if let Some(other) = actions.iter().find(|a| a.method == method) {
             return Err(format!(
                 "{}: the actions `{}` and `{}` both make the handler `{method}`; rename one",
@@ -100,16 +103,11 @@ pub(crate) fn generate(text: &str, path: &Path) -> Result<TokenStream, String> {
                 action.name
             ));
         }
-        let camel = method
-            .to_string()
-            .trim_start_matches("r#")
-            .to_upper_camel_case();
-        let mut typed = |schema: &serde_json::Value, suffix: &str| -> Result<TokenStream, String> {
-            let field = if suffix == "Input" {
-                "input_schema"
-            } else {
-                "output_schema"
-            };
+        let camel = handler.to_upper_camel_case();
+        let mut typed = |schema: &serde_json::Value,
+                         field: &str,
+                         suffix: &str|
+         -> Result<TokenStream, String> {
             let what = || format!("{}: action {}: {field}", path.display(), action.name);
             let schema: schemars::schema::Schema =
                 serde_json::from_value(schema.clone()).map_err(|e| format!("{}: {e}", what()))?;
@@ -121,19 +119,16 @@ pub(crate) fn generate(text: &str, path: &Path) -> Result<TokenStream, String> {
                 .map_err(|e| format!("{}: {e}", what()))?
                 .ident())
         };
-        let input = typed(&action.input_schema, "Input")?;
+        let input = typed(&action.input_schema, "input_schema", "Input")?;
         let output = if action.output_schema.is_null() {
             quote!(::serde_json::Value)
         } else {
-            typed(&action.output_schema, "Output")?
+            typed(&action.output_schema, "output_schema", "Output")?
         };
         actions.push(Action {
             name: action.name.clone(),
             description: action.description.clone(),
-            constant: format_ident!(
-                "{}",
-                method.to_string().trim_start_matches("r#").to_uppercase()
-            ),
+            constant: format_ident!("{}", handler.to_uppercase()),
             method,
             input,
             output,
@@ -144,17 +139,12 @@ pub(crate) fn generate(text: &str, path: &Path) -> Result<TokenStream, String> {
 
 /// The handler for an action name: the words after the first (the
 /// extension's), joined with `_` (`hello_ext.greet` → `greet`,
-/// `shop.orders.list` → `orders_list`); a one-word name is itself. A Rust
-/// keyword becomes a raw identifier.
-fn method_name(action: &str) -> syn::Ident {
-    let words: Vec<&str> = action.split('.').collect();
-    let name = if words.len() > 1 {
-        words[1..].join("_")
-    } else {
-        words.join("_")
-    };
-    syn::parse_str::<syn::Ident>(&name)
-        .unwrap_or_else(|_| syn::Ident::new_raw(&name, Span::call_site()))
+/// `shop.orders.list` → `orders_list`); a one-word name is itself.
+fn handler_name(action: &str) -> String {
+    match action.split_once('.') {
+        Some((_, rest)) => rest.replace('.', "_"),
+        None => action.to_owned(),
+    }
 }
 
 fn module(path: &Path, actions: &[Action], types: TokenStream) -> TokenStream {
