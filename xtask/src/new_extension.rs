@@ -95,9 +95,9 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 impl Names {
-    /// The names for the project `name` generated in `dir` (which exists).
+    /// The names for the project `name` (checked by [`check_name`])
+    /// generated in `dir` (which exists).
     fn new(name: &str, dir: &Path) -> Result<Self> {
-        check_name(name)?;
         let dir = dir
             .canonicalize()
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
