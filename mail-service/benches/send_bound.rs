@@ -8,9 +8,10 @@
 //! takes the accepted sends, p50/p99, the server's CPU per send and this
 //! process's (the load generator's), and the server's context switches per
 //! send (every thread's, from /proc/<pid>/task/*/status; threads that
-//! exited during a slice are not counted). In the same run it measures one
-//! DKIM signature's CPU on one thread, over a message the signed server
-//! wrote (its signature header taken off), with the service's own signer.
+//! exited during a slice are not counted), in all and by thread name. In
+//! the same run it measures one DKIM signature's CPU on one thread, over a
+//! message the signed server wrote (its signature header taken off), with
+//! the service's own signer.
 //!
 //! The bound: the machine's cores divided by (the unsigned send's CPU per
 //! send, load generator included, + one signature). It prints the signed
@@ -28,7 +29,9 @@ use base64::Engine;
 use mail_service::store::StorageConfig;
 use mail_service::transport::DkimSigning;
 use rsa::pkcs8::EncodePrivateKey;
-use soak_fixture::{context_switches, cpu_seconds, thread_cpu_seconds};
+use std::collections::BTreeMap;
+
+use soak_fixture::{context_switches_by_thread, cpu_seconds, thread_cpu_seconds};
 
 // SQLite only: the PostgreSQL helpers are unused here.
 #[allow(dead_code)]
@@ -41,7 +44,8 @@ struct Measured {
     samples: Samples,
     server_cpu: f64,
     client_cpu: f64,
-    switches: u64,
+    /// By thread name (see `context_switches_by_thread`).
+    switches: BTreeMap<String, u64>,
     errors: usize,
 }
 
@@ -52,6 +56,8 @@ struct PerSend {
     server_cpu: f64,
     client_cpu: f64,
     switches: f64,
+    /// Per send, by thread name.
+    switches_by_thread: BTreeMap<String, f64>,
     errors: usize,
 }
 
@@ -62,7 +68,12 @@ impl Measured {
         PerSend {
             server_cpu: self.server_cpu / sent,
             client_cpu: self.client_cpu / sent,
-            switches: self.switches as f64 / sent,
+            switches: self.switches.values().sum::<u64>() as f64 / sent,
+            switches_by_thread: self
+                .switches
+                .into_iter()
+                .map(|(name, n)| (name, n as f64 / sent))
+                .collect(),
             errors: self.errors,
             figures,
         }
@@ -177,13 +188,16 @@ async fn main() {
             let (server, base) = servers[which];
             let (pid, me) = (server.id(), std::process::id());
             let (server_before, client_before, switches_before) =
-                (cpu_seconds(pid), cpu_seconds(me), context_switches(pid));
+                (cpu_seconds(pid), cpu_seconds(me), context_switches_by_thread(pid));
             let (latencies, elapsed, errors) =
                 load_api(base, &key, "rcpt@example.com", slice, concurrency).await;
             let m = &mut measured[which];
             m.server_cpu += cpu_seconds(pid) - server_before;
             m.client_cpu += cpu_seconds(me) - client_before;
-            m.switches += context_switches(pid).saturating_sub(switches_before);
+            for (name, n) in context_switches_by_thread(pid) {
+                let before = switches_before.get(&name).copied().unwrap_or(0);
+                *m.switches.entry(name).or_insert(0) += n.saturating_sub(before);
+            }
             m.errors += errors;
             m.samples.add(latencies, elapsed);
         }
@@ -225,6 +239,18 @@ async fn main() {
             row.switches,
             row.errors,
             row.figures.count
+        );
+    }
+    for (label, row) in [("signed", &signed), ("unsigned", &unsigned)] {
+        let threads: Vec<String> = row
+            .switches_by_thread
+            .iter()
+            .filter(|(_, n)| **n >= 0.05)
+            .map(|(name, n)| format!("{name} {n:.1}"))
+            .collect();
+        println!(
+            "context switches per send, {label}, by thread: {}",
+            threads.join(", ")
         );
     }
     println!(

@@ -84,20 +84,36 @@ fn stat_cpu_seconds(path: &str) -> f64 {
 /// Voluntary and involuntary context switches of every thread process
 /// `pid` has now (a thread that ended takes its count with it).
 pub fn context_switches(pid: u32) -> u64 {
+    context_switches_by_thread(pid).values().sum()
+}
+
+/// `context_switches`, by thread name with its trailing digits taken off
+/// (`tokio-runtime-w`, `sqlite-writer`, `sqlx-sqlite-worker-`): which
+/// threads the switches of a request path fall on.
+pub fn context_switches_by_thread(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut by_name = std::collections::BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
+        return by_name;
     };
-    tasks
+    for status in tasks
         .filter_map(Result::ok)
         .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-        .map(|status| {
-            status
-                .lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .sum::<u64>()
-        })
-        .sum()
+    {
+        let name = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Name:"))
+            .unwrap_or_default()
+            .trim()
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string();
+        let switches: u64 = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        *by_name.entry(name).or_insert(0) += switches;
+    }
+    by_name
 }
 
 /// Open file descriptors of process `pid`.
