@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::model::{Domain, DomainStatus};
+use rusqlite::OptionalExtension;
 
 /// The columns of `Domain`, then the rest of the query.
 macro_rules! select_domain {
@@ -250,15 +251,33 @@ impl Store {
         tenant_id: i64,
         name: &str,
     ) -> Result<Option<SendingDomain>, Error> {
-        let row: Option<SendingDomain> = on_db!(self, pool => {
-            sqlx::query_as(
-                "SELECT id, status, verified_at, name, return_path, dkim_selector, dkim_private_key FROM domains WHERE tenant_id = $1 AND name = $2",
-            )
-            .bind(tenant_id)
-            .bind(name)
-            .fetch_optional(pool)
-            .await?
-        });
+        const SQL: &str = "SELECT id, status, verified_at, name, return_path, dkim_selector, dkim_private_key FROM domains WHERE tenant_id = $1 AND name = $2";
+        let row: Option<SendingDomain> = match &self.db {
+            Db::Sqlite { inline, .. } => inline.read(|conn| {
+                conn.prepare_cached(SQL)?
+                    .query_row(rusqlite::params![tenant_id, name], |row| {
+                        Ok(SendingDomain {
+                            id: row.get(0)?,
+                            status: sqlite_reads::parsed(row, 1)?,
+                            verified_at: row.get(2)?,
+                            key: DkimKey {
+                                name: row.get(3)?,
+                                return_path: row.get(4)?,
+                                dkim_selector: row.get(5)?,
+                                dkim_private_key: row.get(6)?,
+                            },
+                        })
+                    })
+                    .optional()
+            })?,
+            Db::Postgres { reads, .. } => {
+                sqlx::query_as(SQL)
+                    .bind(tenant_id)
+                    .bind(name)
+                    .fetch_optional(reads)
+                    .await?
+            }
+        };
         let Some(mut domain) = row else {
             return Ok(None);
         };

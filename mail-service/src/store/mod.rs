@@ -4,7 +4,9 @@
 //!
 //! Reads go through a sqlx pool on both backends and map each record with
 //! its one `sqlx::FromRow` derive; `on_db!` expands a read once per backend
-//! over the same SQL text (`$n` placeholders work on both).
+//! over the same SQL text (`$n` placeholders work on both). The two reads
+//! every send makes (its domain, its recipients' suppressions) run on the
+//! request's own thread on SQLite (`sqlite_reads`), with the same SQL.
 //!
 //! Writes are units of work (`unit`): a list of statements that commit
 //! together, built once here and run by the backend's write path: SQLite's
@@ -21,6 +23,7 @@
 mod postgres;
 mod records;
 mod sqlite;
+mod sqlite_reads;
 mod unit;
 
 use std::path::{Path, PathBuf};
@@ -87,6 +90,8 @@ impl StorageConfig {
 enum Db {
     Sqlite {
         reads: SqlitePool,
+        /// The send path's reads, on the request's thread.
+        inline: sqlite_reads::Readers,
         writer: sqlite::Writer,
     },
     Postgres {
@@ -223,7 +228,12 @@ impl Store {
             .connect_with(options.pragma("query_only", "ON"))
             .await?;
         let writer = sqlite::Writer::start(path, busy_timeout)?;
-        Ok(Db::Sqlite { reads, writer })
+        let inline = sqlite_reads::Readers::new(path, busy_timeout);
+        Ok(Db::Sqlite {
+            reads,
+            inline,
+            writer,
+        })
     }
 
     async fn open_postgres(
@@ -277,7 +287,7 @@ impl Store {
     /// Waits for queued writes, then closes every connection.
     pub async fn close(&self) {
         match &self.db {
-            Db::Sqlite { reads, writer } => {
+            Db::Sqlite { reads, writer, .. } => {
                 writer.close().await;
                 reads.close().await;
             }

@@ -204,15 +204,26 @@ impl Store {
             "SELECT email_key FROM suppressions WHERE tenant_id = $1 AND email_key IN ({})",
             placeholders(emails.len())
         );
-        Ok(on_db!(self, pool => {
-            // Only numbered placeholders are formatted into the text; every
-            // address is a bound parameter.
-            let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone())).bind(tenant_id);
-            for e in emails {
-                query = query.bind(suppression_key(e));
+        let keys: Vec<String> = emails.iter().map(|e| suppression_key(e)).collect();
+        // Only numbered placeholders are formatted into the text; every
+        // address is a bound parameter.
+        Ok(match &self.db {
+            Db::Sqlite { inline, .. } => inline.read(|conn| {
+                let mut statement = conn.prepare_cached(&sql)?;
+                let params = std::iter::once(rusqlite::types::Value::Integer(tenant_id))
+                    .chain(keys.iter().cloned().map(rusqlite::types::Value::Text));
+                statement
+                    .query_map(rusqlite::params_from_iter(params), |row| row.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()
+            })?,
+            Db::Postgres { reads, .. } => {
+                let mut query = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(tenant_id);
+                for key in keys {
+                    query = query.bind(key);
+                }
+                query.fetch_all(reads).await?
             }
-            query.fetch_all(pool).await?
-        }))
+        })
     }
 
     /// Records the recipients an email lost to the list (a JSON list), on
