@@ -202,7 +202,7 @@ impl Transport {
                     None => Vec::new(),
                 };
                 file.extend_from_slice(&bytes);
-                write_file(dir, envelope.email_id, file).await
+                write_file(dir, envelope.email_id, &file)
             }
             Transport::Smtp(relay) => relay.handoff(&smtp_envelope, &bytes).await,
         }
@@ -293,28 +293,23 @@ pub fn build_message(email: &ValidatedEmail, message_id: &str) -> Result<Message
 }
 
 /// Writes the message under a temporary name and renames it into place, so
-/// a reader never sees half a message; one blocking task for the file-system
-/// calls. The directory is created when it is missing (first message, or
-/// removed since), not checked on every message.
-async fn write_file(dir: &std::path::Path, email_id: i64, bytes: Vec<u8>) -> Handoff {
-    let dir = dir.to_path_buf();
-    let written = tokio::task::spawn_blocking(move || {
-        let tmp = dir.join(format!(".{email_id}.eml.tmp"));
-        let write = || {
-            std::fs::write(&tmp, &bytes)?;
-            std::fs::rename(&tmp, dir.join(format!("{email_id}.eml")))
-        };
-        match write() {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(&dir)?;
-                write()
-            }
-            written => written,
+/// a reader never sees half a message. The calls run on the request's own
+/// thread: two file-system calls on a small file (no fsync) cost less than
+/// the two context switches of a hop to the blocking pool and back. The
+/// directory is created when it is missing (first message, or removed
+/// since), not checked on every message.
+fn write_file(dir: &std::path::Path, email_id: i64, bytes: &[u8]) -> Handoff {
+    let tmp = dir.join(format!(".{email_id}.eml.tmp"));
+    let write = || {
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, dir.join(format!("{email_id}.eml")))
+    };
+    let written = match write() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).and_then(|()| write())
         }
-    })
-    .await
-    .map_err(std::io::Error::other)
-    .and_then(|written| written);
+        written => written,
+    };
     match written {
         Ok(()) => Handoff::Accepted,
         Err(e) => Handoff::Rejected(format!("file transport could not write the message: {e}")),
