@@ -133,16 +133,17 @@ impl Store {
         })
     }
 
+    /// Records a request's answer; on SQLite without waiting for the commit
+    /// (`write_behind`): the reads of the log below wait for it instead.
     pub async fn finish_log(&self, id: i64, status: i64, duration_ms: i64) -> Result<(), Error> {
-        self.write(
+        self.write_behind(
             Unit::one(Step::rows(
                 "UPDATE request_logs SET status = $1, duration_ms = $2 WHERE id = $3",
                 params![status, duration_ms, id],
             ))
             .bookkeeping(),
         )
-        .await?;
-        Ok(())
+        .await
     }
 
     pub async fn prune_rate_windows(&self, before: i64) -> Result<u64, Error> {
@@ -163,6 +164,7 @@ impl Store {
         tenant_id: i64,
         filter: &LogFilter,
     ) -> Result<Vec<RequestLog>, Error> {
+        self.written_behind().await?;
         Ok(on_db!(self, pool => {
             sqlx::query_as(select_log!(
                 "WHERE tenant_id = $1 AND ($2 IS NULL OR id < $2) AND ($3 IS NULL OR method = $3) \
@@ -180,6 +182,7 @@ impl Store {
     }
 
     pub async fn log(&self, tenant_id: i64, id: i64) -> Result<Option<RequestLog>, Error> {
+        self.written_behind().await?;
         optional!(
             self,
             select_log!("WHERE tenant_id = $1 AND id = $2"),

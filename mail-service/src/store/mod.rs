@@ -308,6 +308,26 @@ impl Store {
         }
     }
 
+    /// Queues a bookkeeping unit without waiting for it where the backend
+    /// allows: SQLite's writer runs its queue in order, and a read of what
+    /// such units write calls `written_behind` first. PostgreSQL runs it as
+    /// `write` does (its connections keep no order between requests).
+    async fn write_behind(&self, unit: Unit) -> Result<(), Error> {
+        match &self.db {
+            Db::Sqlite { writer, .. } => writer.submit(unit),
+            Db::Postgres { .. } => self.write(unit).await.map(drop),
+        }
+    }
+
+    /// Waits until every unit queued by `write_behind` before this call is
+    /// committed.
+    async fn written_behind(&self) -> Result<(), Error> {
+        match &self.db {
+            Db::Sqlite { writer, .. } => writer.run(Unit::new(Vec::new())).await.map(drop),
+            Db::Postgres { .. } => Ok(()),
+        }
+    }
+
     /// Runs one durable statement; what it yields.
     async fn write_one(&self, step: Step) -> Result<i64, Error> {
         Ok(self.write(Unit::one(step)).await?.last())

@@ -114,6 +114,15 @@ impl Writer {
         answer.await.map_err(|_| unavailable())?
     }
 
+    /// Queues the unit without waiting for its answer: the writer runs its
+    /// queue in order, so a unit `run` after it sees it committed.
+    pub fn submit(&self, unit: Unit) -> Result<(), Error> {
+        let (reply, _) = oneshot::channel();
+        self.requests
+            .send(Request::Run(unit, reply))
+            .map_err(|_| closed())
+    }
+
     /// Lets the queued units finish and closes the write connection.
     pub async fn close(&self) {
         let (done, closed) = oneshot::channel();
@@ -393,6 +402,30 @@ mod tests {
             .await
             .expect("the writer answers")
             .last()
+    }
+
+    /// A submitted unit is not waited for, and a unit run after it finds it
+    /// committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_unit_run_after_submitted_ones_finds_them_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Writer::start(&dir.path().join("w.db"), Duration::from_secs(1)).unwrap();
+        writer
+            .run(Unit::one(Step::rows(
+                "CREATE TABLE t (n INTEGER PRIMARY KEY)",
+                vec![],
+            )))
+            .await
+            .unwrap();
+        for n in 0..100 {
+            writer
+                .submit(Unit::one(Step::rows(
+                    "INSERT INTO t (n) VALUES ($1)",
+                    params![n],
+                )))
+                .unwrap();
+        }
+        assert_eq!(rows(&writer).await, 100);
     }
 
     /// A panic inside a group: every caller of that group gets 503, nothing
