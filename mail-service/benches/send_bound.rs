@@ -187,8 +187,11 @@ async fn main() {
         for which in order {
             let (server, base) = servers[which];
             let (pid, me) = (server.id(), std::process::id());
-            let (server_before, client_before, switches_before) =
-                (cpu_seconds(pid), cpu_seconds(me), context_switches_by_thread(pid));
+            let (server_before, client_before, switches_before) = (
+                cpu_seconds(pid),
+                cpu_seconds(me),
+                context_switches_by_thread(pid),
+            );
             let (latencies, elapsed, errors) =
                 load_api(base, &key, "rcpt@example.com", slice, concurrency).await;
             let m = &mut measured[which];

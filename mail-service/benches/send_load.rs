@@ -19,6 +19,12 @@
 //! effect (the rotation's own round, whose process shares the machine, is
 //! reported apart).
 //!
+//! Where the CPU goes: around the metrics-off API slices and the raw slices
+//! with the API's number of writers, it reads the busy CPU time of the whole
+//! machine and, within it, the server's, PostgreSQL's processes' and this
+//! process's, and prints each per send: on a machine the load saturates,
+//! the ratio of the two rates is the ratio of these costs.
+//!
 //! Metrics on and off in the same run: a second server on the same
 //! database runs with the operator listener (`MAIL_METRICS_LISTEN`, so the
 //! Prometheus recorder records every request, send and commit); its API
@@ -45,6 +51,49 @@ use mail_service::store::{EmailUpdate, NewEmail, NewLog, RateHit, Started, Stora
 mod support;
 use support::RATE_LIMIT;
 use support::load::{Samples, load_api};
+
+/// CPU seconds spent during some slices: the whole machine's and the
+/// mail-service server's, the database's (PostgreSQL's processes) and this
+/// process's (the load generator, or the raw writers) within it.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cpu {
+    machine: f64,
+    server: f64,
+    database: f64,
+    this: f64,
+}
+
+impl Cpu {
+    fn now(server: u32) -> Cpu {
+        Cpu {
+            machine: soak_fixture::machine_cpu_seconds(),
+            server: soak_fixture::cpu_seconds(server),
+            database: soak_fixture::cpu_seconds_of_processes("postgres"),
+            this: soak_fixture::cpu_seconds(std::process::id()),
+        }
+    }
+
+    /// Adds what was spent since `before`.
+    fn add_since(&mut self, before: Cpu, server: u32) {
+        let now = Cpu::now(server);
+        self.machine += now.machine - before.machine;
+        self.server += now.server - before.server;
+        self.database += now.database - before.database;
+        self.this += now.this - before.this;
+    }
+
+    /// Per send, in µs: (machine, server, database, this process).
+    fn per_send(&self, sends: usize) -> String {
+        let per = |s: f64| s * 1e6 / sends.max(1) as f64;
+        format!(
+            "{:.0} µs (mail-service {:.0}, database {:.0}, load process {:.0})",
+            per(self.machine),
+            per(self.server),
+            per(self.database),
+            per(self.this)
+        )
+    }
+}
 
 /// The row writes of one accepted `POST /emails`, in the units the service
 /// writes them in: the request log and the rate count, the email, its
@@ -231,6 +280,8 @@ async fn run(
     let mut api_on = Samples::default();
     let mut raw_same = Samples::default();
     let mut raw_four = Samples::default();
+    let (mut api_cpu, mut raw_cpu, mut raw_counted) = (Cpu::default(), Cpu::default(), 0);
+    let server_pid = child.id();
     let mut by_round = std::collections::HashMap::new();
     let mut rotation = None;
     let mut errors = 0;
@@ -239,6 +290,7 @@ async fn run(
             let target = if on { &base_on } else { &base };
             let child = (round == Round::Rotation && !on)
                 .then(|| rotate(&env, &dir.join(format!("{label}-rotated.key"))));
+            let cpu_before = Cpu::now(server_pid);
             let (latencies, elapsed, e) =
                 load_api(target, &key, "rcpt@example.com", slice, concurrency).await;
             errors += e;
@@ -257,8 +309,10 @@ async fn run(
                 continue;
             }
             by_round.insert(round, latencies.len() as f64 / elapsed);
+            api_cpu.add_since(cpu_before, server_pid);
             api.add(latencies, elapsed);
         }
+        let cpu_before = Cpu::now(server_pid);
         let (latencies, elapsed) = load_raw(
             &store,
             &service,
@@ -268,6 +322,10 @@ async fn run(
             concurrency,
         )
         .await;
+        if !matches!(round, Round::WarmUp | Round::Rotation) {
+            raw_cpu.add_since(cpu_before, server_pid);
+            raw_counted += latencies.len();
+        }
         raw_same.add(latencies, elapsed);
         let (latencies, elapsed) =
             load_raw(&store, &service, record.tenant_id, record.id, slice, 4).await;
@@ -315,6 +373,11 @@ async fn run(
         "{label:<9} ratio API / best raw rate: {:.2} (metrics off), {:.2} (on)",
         api.rate / raw_same.rate.max(raw_four.rate),
         api_on.rate / raw_same.rate.max(raw_four.rate)
+    );
+    println!(
+        "{label:<9} CPU per send, whole machine: API (metrics off) {}; raw ({concurrency} writers) {}",
+        api_cpu.per_send(api.count),
+        raw_cpu.per_send(raw_counted)
     );
     println!(
         "{label:<9} ratio metrics on / off: {:.3} (rate), {:.3} (p50), {:.3} (p99)",

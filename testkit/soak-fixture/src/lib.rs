@@ -61,6 +61,51 @@ pub fn thread_cpu_seconds() -> f64 {
     stat_cpu_seconds("/proc/thread-self/stat")
 }
 
+/// CPU time of every process whose command name is `name` (`postgres`: a
+/// database server's backends and its own processes), summed; a process
+/// that ends between the listing and the read is left out.
+pub fn cpu_seconds_of_processes(name: &str) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
+        })
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            parse_stat_cpu_seconds(&stat)
+        })
+        .sum()
+}
+
+/// Busy CPU time of the whole machine (every core, every process: user,
+/// nice, system, interrupts), from the first line of /proc/stat.
+pub fn machine_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let cpu = stat.lines().next().expect("/proc/stat's cpu line");
+    let ticks: Vec<f64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal guest guest_nice: busy
+    // is user, nice, system, irq, softirq and steal (guest time is already
+    // in user).
+    let busy: f64 = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&i| ticks.get(i))
+        .sum();
+    busy / 100.0
+}
+
 /// utime + stime of a `/proc` stat file. The fields after the command name
 /// (which is in parentheses and may hold spaces): state is the 3rd field of
 /// the line, utime the 14th and stime the 15th, in clock ticks of USER_HZ,
@@ -69,16 +114,15 @@ pub fn thread_cpu_seconds() -> f64 {
 /// figure of 0 would pass for a measurement.
 fn stat_cpu_seconds(path: &str) -> f64 {
     let stat = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let end = stat
-        .rfind(')')
-        .unwrap_or_else(|| panic!("{path}: not a stat line"));
+    parse_stat_cpu_seconds(&stat).unwrap_or_else(|| panic!("{path}: not a stat line: {stat}"))
+}
+
+/// utime + stime of a stat line (see `stat_cpu_seconds`).
+fn parse_stat_cpu_seconds(stat: &str) -> Option<f64> {
+    let end = stat.rfind(')')?;
     let fields: Vec<&str> = stat[end + 1..].split_whitespace().collect();
-    let ticks = |i: usize| -> f64 {
-        fields[i]
-            .parse()
-            .unwrap_or_else(|_| panic!("{path}: field {} is not a number", i + 3))
-    };
-    (ticks(11) + ticks(12)) / 100.0
+    let ticks = |i: usize| -> Option<f64> { fields.get(i)?.parse().ok() };
+    Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// Voluntary and involuntary context switches of every thread process
