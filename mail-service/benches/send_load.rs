@@ -82,14 +82,19 @@ impl Cpu {
         self.this += now.this - before.this;
     }
 
-    /// Per send, in µs: (machine, server, database, this process).
-    fn per_send(&self, sends: usize) -> String {
+    /// Per send, in µs: the machine's, then the server's, PostgreSQL's
+    /// (when the database is a server of its own) and this process's.
+    fn per_send(&self, sends: usize, database_server: bool) -> String {
         let per = |s: f64| s * 1e6 / sends.max(1) as f64;
+        let database = if database_server {
+            format!(", database {:.0}", per(self.database))
+        } else {
+            String::new()
+        };
         format!(
-            "{:.0} µs (mail-service {:.0}, database {:.0}, load process {:.0})",
+            "{:.0} µs (mail-service {:.0}{database}, load process {:.0})",
             per(self.machine),
             per(self.server),
-            per(self.database),
             per(self.this)
         )
     }
@@ -376,8 +381,8 @@ async fn run(
     );
     println!(
         "{label:<9} CPU per send, whole machine: API (metrics off) {}; raw ({concurrency} writers) {}",
-        api_cpu.per_send(api.count),
-        raw_cpu.per_send(raw_counted)
+        api_cpu.per_send(api.count, store.backend() == "postgres"),
+        raw_cpu.per_send(raw_counted, store.backend() == "postgres")
     );
     println!(
         "{label:<9} ratio metrics on / off: {:.3} (rate), {:.3} (p50), {:.3} (p99)",
