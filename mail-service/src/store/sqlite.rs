@@ -404,12 +404,9 @@ mod tests {
             .last()
     }
 
-    /// A submitted unit is not waited for, and a unit run after it finds it
-    /// committed.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_unit_run_after_submitted_ones_finds_them_committed() {
-        let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::start(&dir.path().join("w.db"), Duration::from_secs(1)).unwrap();
+    /// A writer of a fresh database in `dir` with one table `t (n)`.
+    async fn writer_of_table_t(dir: &Path) -> Writer {
+        let writer = Writer::start(&dir.join("w.db"), Duration::from_secs(1)).unwrap();
         writer
             .run(Unit::one(Step::rows(
                 "CREATE TABLE t (n INTEGER PRIMARY KEY)",
@@ -417,6 +414,15 @@ mod tests {
             )))
             .await
             .unwrap();
+        writer
+    }
+
+    /// A submitted unit is not waited for, and a unit run after it finds it
+    /// committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_unit_run_after_submitted_ones_finds_them_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = writer_of_table_t(dir.path()).await;
         for n in 0..100 {
             writer
                 .submit(Unit::one(Step::rows(
@@ -434,14 +440,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panicking_writer_answers_503_writes_nothing_and_recovers() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::start(&dir.path().join("w.db"), Duration::from_secs(1)).unwrap();
-        writer
-            .run(Unit::one(Step::rows(
-                "CREATE TABLE t (n INTEGER PRIMARY KEY)",
-                vec![],
-            )))
-            .await
-            .unwrap();
+        let writer = writer_of_table_t(dir.path()).await;
 
         let poisoned = Unit::new(vec![
             Step::rows("INSERT INTO t (n) VALUES ($1)", params![1]),
