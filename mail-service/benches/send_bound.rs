@@ -8,12 +8,12 @@
 //! takes the accepted sends, p50/p99, the server's CPU per send and this
 //! process's (the load generator's), and the server's context switches per
 //! send (every thread's, from /proc/<pid>/task/*/status; threads that
-//! exited during a slice are not counted), in all and by thread name. In
-//! the same run it measures one DKIM signature's CPU with every core
-//! signing at once (the machine as loaded as under the API load; alone on
-//! an idle machine it is faster, and printed too), over a message the
-//! signed server wrote (its signature header taken off), with the
-//! service's own signer.
+//! exited during a slice are not counted), in all and by thread name, with
+//! the server's CPU by thread name. In the same run it measures one DKIM
+//! signature's CPU with every core signing at once (the machine as loaded
+//! as under the API load; alone on an idle machine it is faster, and
+//! printed too), over a message the signed server wrote (its signature
+//! header taken off), with the service's own signer.
 //!
 //! The bound: the machine's cores divided by (the unsigned send's CPU per
 //! send, load generator included, + one signature). It prints the signed
@@ -36,7 +36,8 @@ use rsa::pkcs8::EncodePrivateKey;
 use std::collections::BTreeMap;
 
 use soak_fixture::{
-    context_switches_by_thread, cpu_seconds, machine_cpu_seconds, thread_cpu_seconds,
+    context_switches_by_thread, cpu_seconds, cpu_seconds_by_thread, machine_cpu_seconds,
+    thread_cpu_seconds,
 };
 
 // SQLite only: the PostgreSQL helpers are unused here.
@@ -55,6 +56,8 @@ struct Measured {
     elapsed: f64,
     /// By thread name (see `context_switches_by_thread`).
     switches: BTreeMap<String, u64>,
+    /// The server's CPU by thread name.
+    threads_cpu: BTreeMap<String, f64>,
     errors: usize,
 }
 
@@ -67,6 +70,8 @@ struct PerSend {
     switches: f64,
     /// Per send, by thread name.
     switches_by_thread: BTreeMap<String, f64>,
+    /// The server's CPU per send, by thread name.
+    cpu_by_thread: BTreeMap<String, f64>,
     /// The share of the machine's cores that was busy during the slices.
     busy: f64,
     errors: usize,
@@ -84,6 +89,11 @@ impl Measured {
                 .switches
                 .into_iter()
                 .map(|(name, n)| (name, n as f64 / sent))
+                .collect(),
+            cpu_by_thread: self
+                .threads_cpu
+                .into_iter()
+                .map(|(name, cpu)| (name, cpu / sent))
                 .collect(),
             busy: self.machine_cpu / self.elapsed.max(f64::EPSILON) / cores() as f64,
             errors: self.errors,
@@ -216,6 +226,7 @@ async fn main() {
                 machine_cpu_seconds(),
                 context_switches_by_thread(pid),
             );
+            let threads_before = cpu_seconds_by_thread(pid);
             let (latencies, elapsed, errors) =
                 load_api(base, &key, "rcpt@example.com", slice, concurrency).await;
             let m = &mut measured[which];
@@ -223,6 +234,10 @@ async fn main() {
             m.client_cpu += cpu_seconds(me) - client_before;
             m.machine_cpu += machine_cpu_seconds() - machine_before;
             m.elapsed += elapsed;
+            for (name, cpu) in cpu_seconds_by_thread(pid) {
+                let before = threads_before.get(&name).copied().unwrap_or(0.0);
+                *m.threads_cpu.entry(name).or_insert(0.0) += cpu - before;
+            }
             for (name, n) in context_switches_by_thread(pid) {
                 let before = switches_before.get(&name).copied().unwrap_or(0);
                 *m.switches.entry(name).or_insert(0) += n.saturating_sub(before);
@@ -274,15 +289,23 @@ async fn main() {
         );
     }
     for (label, row) in [("signed", &signed), ("unsigned", &unsigned)] {
-        let threads: Vec<String> = row
-            .switches_by_thread
+        let by_thread = |figures: &BTreeMap<String, f64>, floor: f64, unit: &str| {
+            figures
+                .iter()
+                .filter(|(_, n)| **n >= floor)
+                .map(|(name, n)| format!("{name} {n:.1}{unit}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let cpu: BTreeMap<String, f64> = row
+            .cpu_by_thread
             .iter()
-            .filter(|(_, n)| **n >= 0.05)
-            .map(|(name, n)| format!("{name} {n:.1}"))
+            .map(|(name, s)| (name.clone(), s * 1e6))
             .collect();
         println!(
-            "context switches per send, {label}, by thread: {}",
-            threads.join(", ")
+            "{label}, per send by thread: context switches {}; CPU {}",
+            by_thread(&row.switches_by_thread, 0.05, ""),
+            by_thread(&cpu, 1.0, " µs")
         );
     }
     println!(

@@ -125,6 +125,35 @@ fn parse_stat_cpu_seconds(stat: &str) -> Option<f64> {
     Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
+/// CPU time of every thread process `pid` has now, by thread name (as in
+/// `context_switches_by_thread`; a thread that ended takes its time with it).
+pub fn cpu_seconds_by_thread(pid: u32) -> std::collections::BTreeMap<String, f64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.filter_map(Result::ok) {
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(task.path().join("comm")),
+            std::fs::read_to_string(task.path().join("stat")),
+        ) else {
+            continue;
+        };
+        if let Some(cpu) = parse_stat_cpu_seconds(&stat) {
+            *by_name.entry(thread_group(&comm)).or_insert(0.0) += cpu;
+        }
+    }
+    by_name
+}
+
+/// A thread's name with its trailing digits taken off (`sqlx-sqlite-worker-3`
+/// → `sqlx-sqlite-worker-`): the threads of one pool under one name.
+fn thread_group(name: &str) -> String {
+    name.trim()
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+        .to_string()
+}
+
 /// Voluntary and involuntary context switches of every thread process
 /// `pid` has now (a thread that ended takes its count with it).
 pub fn context_switches(pid: u32) -> u64 {
@@ -143,13 +172,12 @@ pub fn context_switches_by_thread(pid: u32) -> std::collections::BTreeMap<String
         .filter_map(Result::ok)
         .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
     {
-        let name = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Name:"))
-            .unwrap_or_default()
-            .trim()
-            .trim_end_matches(|c: char| c.is_ascii_digit())
-            .to_string();
+        let name = thread_group(
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Name:"))
+                .unwrap_or_default(),
+        );
         let switches: u64 = status
             .lines()
             .filter(|l| l.contains("ctxt_switches:"))
