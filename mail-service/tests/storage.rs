@@ -211,10 +211,13 @@ async fn poison_commits(db: &TestDb, backend: Backend) {
 
 /// The commit itself fails after every statement of a unit ran. On SQLite
 /// that unit shares its transaction with the units committed beside it
-/// (group commit): the whole group is refused, each of its requests gets 503
-/// and nothing of any of them is written, not even the statements that ran;
-/// the requests in other groups are not harmed, and the writer goes on. On
-/// PostgreSQL only the poisoned request fails.
+/// (group commit): the whole group is refused and nothing of any of its
+/// units is written, not even the statements that ran. A request whose
+/// first units were in it gets 503 and keeps nothing; one whose handoff mark
+/// was in it was not sent and is answered 502 `failed`; one whose outcome
+/// was in it was sent and is answered 502 `unknown`. The requests in other
+/// groups are not harmed, and the writer goes on. On PostgreSQL only the
+/// poisoned request fails.
 async fn a_failing_commit_is_503_for_its_group_and_nothing_is_written(b: Backend) {
     let app = TestApp::start(b).await;
     poison_commits(&app.db, b).await;
@@ -229,7 +232,7 @@ async fn a_failing_commit_is_503_for_its_group_and_nothing_is_written(b: Backend
         answers.push(r.await.unwrap());
     }
     answers[0].expect(503, "service_unavailable");
-    let (mut refused, mut unrecorded) = (0, 0);
+    let (mut refused, mut unrecorded, mut not_begun) = (0, 0, 0);
     for (n, answer) in answers.iter().enumerate().skip(1) {
         let key = format!("beside-{}", n - 1);
         let kept = app
@@ -247,11 +250,21 @@ async fn a_failing_commit_is_503_for_its_group_and_nothing_is_written(b: Backend
             }
             // Its outcome shared the refused group: handed off but not
             // recorded, so it is `unknown` to the caller and never resent.
-            502 => {
+            502 if answer.body["status"] == "unknown" => {
                 answer.expect(502, "handoff_failed");
-                assert_eq!(answer.body["status"], "unknown", "{key}");
                 assert_eq!(kept, 1, "{key}");
                 unrecorded += 1;
+            }
+            // Its handoff mark shared the refused group: the handoff never
+            // began, so it was not sent, and it is recorded as failed.
+            502 => {
+                answer.expect(502, "handoff_failed");
+                assert_eq!(answer.body["status"], "failed", "{key}");
+                let id = answer.body["email_id"].as_str().unwrap();
+                let stored = app.get(&format!("/emails/{id}")).await;
+                assert_eq!(stored.body["status"], "failed", "{key}");
+                assert_eq!(kept, 1, "{key}");
+                not_begun += 1;
             }
             _ => {
                 answer.expect(503, "service_unavailable");
@@ -262,12 +275,13 @@ async fn a_failing_commit_is_503_for_its_group_and_nothing_is_written(b: Backend
     }
     if b == Backend::Postgres {
         assert_eq!(
-            refused + unrecorded,
+            refused + unrecorded + not_begun,
             0,
             "PostgreSQL commits each request on its own"
         );
     }
-    let sent = answers.len() - 1 - refused;
+    let stored = answers.len() - 1 - refused;
+    let sent = stored - not_begun;
     assert_eq!(
         app.db
             .count("SELECT count(*) FROM idempotency_keys WHERE idem_key = 'poisoned'")
@@ -276,12 +290,12 @@ async fn a_failing_commit_is_503_for_its_group_and_nothing_is_written(b: Backend
     );
     assert_eq!(
         app.db.count("SELECT count(*) FROM emails").await,
-        sent as i64
+        stored as i64
     );
     assert_eq!(app.db.count("SELECT count(*) FROM poison_child").await, 0);
     assert_eq!(app.outbox_count(), sent);
     eprintln!(
-        "{b:?}: {refused} requests refused with the poisoned commit, {unrecorded} outcomes unrecorded, {sent} handed off"
+        "{b:?}: {refused} requests refused with the poisoned commit, {unrecorded} outcomes unrecorded, {not_begun} handoffs not begun, {sent} handed off"
     );
 
     // The writer goes on: the refused requests, retried under their keys,
@@ -304,7 +318,9 @@ async fn a_failing_commit_is_503_for_its_group_and_nothing_is_written(b: Backend
         .await
         .unwrap()
         .expect(200, "");
-    assert_eq!(app.outbox_count(), 31);
+    // A request whose handoff never began keeps its recorded failure (its
+    // key replays it); every other one was sent once.
+    assert_eq!(app.outbox_count(), 31 - not_begun);
     assert_eq!(app.db.count("SELECT count(*) FROM emails").await, 31);
 }
 
