@@ -35,10 +35,7 @@ use mail_service::transport::DkimSigning;
 use rsa::pkcs8::EncodePrivateKey;
 use std::collections::BTreeMap;
 
-use soak_fixture::{
-    context_switches_by_thread, cpu_seconds, cpu_seconds_by_thread, machine_cpu_seconds,
-    thread_cpu_seconds,
-};
+use soak_fixture::{ThreadUse, cpu_seconds, machine_cpu_seconds, thread_cpu_seconds, threads};
 
 // SQLite only: the PostgreSQL helpers are unused here.
 #[allow(dead_code)]
@@ -54,10 +51,8 @@ struct Measured {
     /// Busy CPU of the whole machine, and the slices' wall time.
     machine_cpu: f64,
     elapsed: f64,
-    /// By thread name (see `context_switches_by_thread`).
-    switches: BTreeMap<String, u64>,
-    /// The server's CPU by thread name.
-    threads_cpu: BTreeMap<String, f64>,
+    /// The server's threads, by name (see `soak_fixture::threads`).
+    threads: BTreeMap<String, ThreadUse>,
     errors: usize,
 }
 
@@ -68,10 +63,9 @@ struct PerSend {
     server_cpu: f64,
     client_cpu: f64,
     switches: f64,
-    /// Per send, by thread name.
-    switches_by_thread: BTreeMap<String, f64>,
-    /// The server's CPU per send, by thread name.
-    cpu_by_thread: BTreeMap<String, f64>,
+    /// The server's context switches and CPU seconds per send, by thread
+    /// name.
+    by_thread: BTreeMap<String, (f64, f64)>,
     /// The share of the machine's cores that was busy during the slices.
     busy: f64,
     errors: usize,
@@ -84,16 +78,19 @@ impl Measured {
         PerSend {
             server_cpu: self.server_cpu / sent,
             client_cpu: self.client_cpu / sent,
-            switches: self.switches.values().sum::<u64>() as f64 / sent,
-            switches_by_thread: self
-                .switches
+            switches: self
+                .threads
+                .values()
+                .map(|t| t.context_switches)
+                .sum::<u64>() as f64
+                / sent,
+            by_thread: self
+                .threads
                 .into_iter()
-                .map(|(name, n)| (name, n as f64 / sent))
-                .collect(),
-            cpu_by_thread: self
-                .threads_cpu
-                .into_iter()
-                .map(|(name, cpu)| (name, cpu / sent))
+                .map(|(name, t)| {
+                    let per_send = (t.context_switches as f64 / sent, t.cpu_seconds / sent);
+                    (name, per_send)
+                })
                 .collect(),
             busy: self.machine_cpu / self.elapsed.max(f64::EPSILON) / cores() as f64,
             errors: self.errors,
@@ -220,13 +217,12 @@ async fn main() {
         for which in order {
             let (server, base) = servers[which];
             let (pid, me) = (server.id(), std::process::id());
-            let (server_before, client_before, machine_before, switches_before) = (
+            let (server_before, client_before, machine_before, threads_before) = (
                 cpu_seconds(pid),
                 cpu_seconds(me),
                 machine_cpu_seconds(),
-                context_switches_by_thread(pid),
+                threads(pid),
             );
-            let threads_before = cpu_seconds_by_thread(pid);
             let (latencies, elapsed, errors) =
                 load_api(base, &key, "rcpt@example.com", slice, concurrency).await;
             let m = &mut measured[which];
@@ -234,13 +230,12 @@ async fn main() {
             m.client_cpu += cpu_seconds(me) - client_before;
             m.machine_cpu += machine_cpu_seconds() - machine_before;
             m.elapsed += elapsed;
-            for (name, cpu) in cpu_seconds_by_thread(pid) {
-                let before = threads_before.get(&name).copied().unwrap_or(0.0);
-                *m.threads_cpu.entry(name).or_insert(0.0) += cpu - before;
-            }
-            for (name, n) in context_switches_by_thread(pid) {
-                let before = switches_before.get(&name).copied().unwrap_or(0);
-                *m.switches.entry(name).or_insert(0) += n.saturating_sub(before);
+            for (name, now) in threads(pid) {
+                let before = threads_before.get(&name).copied().unwrap_or_default();
+                let used = m.threads.entry(name).or_default();
+                used.cpu_seconds += now.cpu_seconds - before.cpu_seconds;
+                used.context_switches +=
+                    now.context_switches.saturating_sub(before.context_switches);
             }
             m.errors += errors;
             m.samples.add(latencies, elapsed);
@@ -289,23 +284,20 @@ async fn main() {
         );
     }
     for (label, row) in [("signed", &signed), ("unsigned", &unsigned)] {
-        let by_thread = |figures: &BTreeMap<String, f64>, floor: f64, unit: &str| {
-            figures
+        // Threads with at least 0.05 switches or 1 µs per send.
+        let list = |figure: fn(&(f64, f64)) -> f64, floor: f64, unit: &str| {
+            row.by_thread
                 .iter()
-                .filter(|(_, n)| **n >= floor)
+                .map(|(name, per_send)| (name, figure(per_send)))
+                .filter(|(_, n)| *n >= floor)
                 .map(|(name, n)| format!("{name} {n:.1}{unit}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let cpu: BTreeMap<String, f64> = row
-            .cpu_by_thread
-            .iter()
-            .map(|(name, s)| (name.clone(), s * 1e6))
-            .collect();
         println!(
             "{label}, per send by thread: context switches {}; CPU {}",
-            by_thread(&row.switches_by_thread, 0.05, ""),
-            by_thread(&cpu, 1.0, " µs")
+            list(|(switches, _)| *switches, 0.05, ""),
+            list(|(_, cpu)| cpu * 1e6, 1.0, " µs")
         );
     }
     println!(

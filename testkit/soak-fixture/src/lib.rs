@@ -125,65 +125,51 @@ fn parse_stat_cpu_seconds(stat: &str) -> Option<f64> {
     Some((ticks(11)? + ticks(12)?) / 100.0)
 }
 
-/// CPU time of every thread process `pid` has now, by thread name (as in
-/// `context_switches_by_thread`; a thread that ended takes its time with it).
-pub fn cpu_seconds_by_thread(pid: u32) -> std::collections::BTreeMap<String, f64> {
-    let mut by_name = std::collections::BTreeMap::new();
+/// What the threads of one name used (see [`threads`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct ThreadUse {
+    /// User and system CPU time, in seconds.
+    pub cpu_seconds: f64,
+    /// Voluntary and involuntary context switches.
+    pub context_switches: u64,
+}
+
+/// What every thread process `pid` has now used so far, by thread name
+/// with its trailing digits taken off (`tokio-rt-worker`, `sqlite-writer`,
+/// `sqlx-sqlite-worker-`: the threads of one pool under one name), so the
+/// CPU and switches of a request path can be placed on its threads. A
+/// thread that ended takes its figures with it.
+pub fn threads(pid: u32) -> std::collections::BTreeMap<String, ThreadUse> {
+    let mut by_name = std::collections::BTreeMap::<String, ThreadUse>::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return by_name;
     };
     for task in tasks.filter_map(Result::ok) {
-        let (Ok(comm), Ok(stat)) = (
-            std::fs::read_to_string(task.path().join("comm")),
+        // A thread that ends between the listing and the reads is left out.
+        let (Ok(status), Ok(stat)) = (
+            std::fs::read_to_string(task.path().join("status")),
             std::fs::read_to_string(task.path().join("stat")),
         ) else {
             continue;
         };
-        if let Some(cpu) = parse_stat_cpu_seconds(&stat) {
-            *by_name.entry(thread_group(&comm)).or_insert(0.0) += cpu;
-        }
-    }
-    by_name
-}
-
-/// A thread's name with its trailing digits taken off (`sqlx-sqlite-worker-3`
-/// → `sqlx-sqlite-worker-`): the threads of one pool under one name.
-fn thread_group(name: &str) -> String {
-    name.trim()
-        .trim_end_matches(|c: char| c.is_ascii_digit())
-        .to_string()
-}
-
-/// Voluntary and involuntary context switches of every thread process
-/// `pid` has now (a thread that ended takes its count with it).
-pub fn context_switches(pid: u32) -> u64 {
-    context_switches_by_thread(pid).values().sum()
-}
-
-/// `context_switches`, by thread name with its trailing digits taken off
-/// (`tokio-runtime-w`, `sqlite-writer`, `sqlx-sqlite-worker-`): which
-/// threads the switches of a request path fall on.
-pub fn context_switches_by_thread(pid: u32) -> std::collections::BTreeMap<String, u64> {
-    let mut by_name = std::collections::BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return by_name;
-    };
-    for status in tasks
-        .filter_map(Result::ok)
-        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
-    {
-        let name = thread_group(
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("Name:"))
-                .unwrap_or_default(),
-        );
-        let switches: u64 = status
+        let Some(cpu_seconds) = parse_stat_cpu_seconds(&stat) else {
+            continue;
+        };
+        let name = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Name:"))
+            .unwrap_or_default()
+            .trim()
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string();
+        let context_switches: u64 = status
             .lines()
             .filter(|l| l.contains("ctxt_switches:"))
             .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             .sum();
-        *by_name.entry(name).or_insert(0) += switches;
+        let used = by_name.entry(name).or_default();
+        used.cpu_seconds += cpu_seconds;
+        used.context_switches += context_switches;
     }
     by_name
 }
