@@ -377,11 +377,16 @@ fn storage_error(e: rusqlite::Error, unit: &Unit) -> Error {
         {
             unit.conflict(&e.to_string())
         }
-        _ => {
-            tracing::error!(error = %e, "storage error");
-            unavailable()
-        }
+        _ => failed(&e),
     }
+}
+
+/// A statement that failed for a reason other than a conflict: logged, and
+/// answered as storage being unavailable (the database's words stay in
+/// the log).
+pub(super) fn failed(e: &rusqlite::Error) -> Error {
+    tracing::error!(error = %e, "storage error");
+    unavailable()
 }
 
 #[cfg(test)]

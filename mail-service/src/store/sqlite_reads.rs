@@ -18,6 +18,8 @@ use rusqlite::Connection;
 
 use crate::error::Error;
 
+use super::sqlite::failed;
+
 /// Idle connections kept for the next reads; more are opened when more
 /// threads read at once, and dropped when they come back to a full stack.
 const KEPT: usize = 8;
@@ -72,13 +74,6 @@ impl Readers {
         self.idle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-fn failed(e: &rusqlite::Error) -> Error {
-    tracing::error!(error = %e, "storage error");
-    Error::Unavailable {
-        detail: "storage is not available".into(),
     }
 }
 
