@@ -7,10 +7,13 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::model::{self, EmailStatus, KeyState, StoredEmail, ValidatedEmail};
-use crate::store::{DkimKey, EmailUpdate, KeyRecord, KeyRef, NewEmail, Reservation, Reserved};
+use crate::store::{
+    DkimKey, EmailUpdate, KeyRecord, KeyRef, NewEmail, Reservation, Reserved, ScreenedStart,
+};
 use crate::transport::{self, Handoff};
 
-use super::suppressions::Screened;
+use super::domains::SendingIdentity;
+use super::suppressions::{self, Screened};
 use super::{Caller, MailService};
 
 /// The scope of a key: tenant + method + path.
@@ -567,6 +570,9 @@ impl MailService {
     /// cannot be read, a removal or a mark that cannot be recorded stops
     /// the handoff before it begins (`NotBegun`): the durable mark is what
     /// tells the sweeper, after a crash, that the relay may have seen it.
+    /// When the email can leave as it is (its sender has an identity), the
+    /// screen and the mark are one store call, which marks only when no
+    /// recipient is on the list (`Store::begin_handoff_if_clear`).
     async fn screen_and_hand_off(&self, parcel: Parcel<'_>) -> Result<Handoff, NotBegun> {
         let Parcel {
             tenant_id,
@@ -577,7 +583,37 @@ impl MailService {
             key,
         } = parcel;
         let unlisted = |e: Error| NotBegun::storage("the suppression list could not be checked", e);
-        let remaining = match self.screen(tenant_id, email).await.map_err(unlisted)? {
+        let identity = self.sending_identity(tenant_id, sender);
+        let addresses = suppressions::recipients(email);
+        let now = self.clock.now_ms();
+        let lease_until = now + self.lease_ms();
+        let marked = |e| {
+            NotBegun::storage(
+                "its recipients could not be screened and its handoff marked as begun",
+                e,
+            )
+        };
+        let (suppressed, identity) = match identity {
+            Ok(identity) => match self
+                .store
+                .begin_handoff_if_clear(tenant_id, &addresses, (id, key), now, lease_until)
+                .await
+                .map_err(marked)?
+            {
+                ScreenedStart::Began(began) => {
+                    return self.transfer(email, id, message_id, &identity, began).await;
+                }
+                ScreenedStart::Suppressed(keys) => (keys, Ok(identity)),
+            },
+            Err(detail) => (
+                self.store
+                    .suppressed_among(tenant_id, &addresses)
+                    .await
+                    .map_err(unlisted)?,
+                Err(detail),
+            ),
+        };
+        let remaining = match suppressions::screened(email, &suppressed) {
             Screened::Clear => None,
             Screened::Some(remaining, dropped) => {
                 self.store
@@ -598,16 +634,9 @@ impl MailService {
             }
         };
         let email = remaining.as_deref().unwrap_or(email);
-        let identity = match self.sending_identity(tenant_id, sender) {
+        let identity = match identity {
             Ok(d) => d,
             Err(detail) => return Ok(Handoff::Rejected(format!("not sent: {detail}"))),
-        };
-        let return_path = self.verp.return_path(id, &identity.return_path_domain);
-        let envelope = transport::Envelope {
-            email_id: id,
-            message_id,
-            dkim: &identity.signing,
-            return_path: &return_path,
         };
         let now = self.clock.now_ms();
         let began = self
@@ -615,6 +644,19 @@ impl MailService {
             .begin_handoff(id, key, now, now + self.lease_ms())
             .await
             .map_err(|e| NotBegun::storage("its handoff could not be marked as begun", e))?;
+        self.transfer(email, id, message_id, &identity, began).await
+    }
+
+    /// Hands a screened email whose handoff was marked (`began`) to the
+    /// transport, within the handoff lease.
+    async fn transfer(
+        &self,
+        email: &ValidatedEmail,
+        id: i64,
+        message_id: &str,
+        identity: &SendingIdentity,
+        began: bool,
+    ) -> Result<Handoff, NotBegun> {
         if !began {
             return Err(NotBegun {
                 detail: "not sent: its lease ran out before the handoff began, and it was settled"
@@ -622,6 +664,13 @@ impl MailService {
                 transient: false,
             });
         }
+        let return_path = self.verp.return_path(id, &identity.return_path_domain);
+        let envelope = transport::Envelope {
+            email_id: id,
+            message_id,
+            dkim: &identity.signing,
+            return_path: &return_path,
+        };
         Ok(
             match tokio::time::timeout(
                 self.settings.handoff_lease,

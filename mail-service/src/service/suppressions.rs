@@ -225,43 +225,44 @@ impl MailService {
         }
         Ok(out)
     }
+}
 
-    /// Removes the tenant's suppressed addresses from to, cc and bcc.
-    pub(super) async fn screen(
-        &self,
-        tenant_id: i64,
-        email: &ValidatedEmail,
-    ) -> Result<Screened, Error> {
-        let all = email.to.iter().chain(&email.cc).chain(&email.bcc);
-        let addresses: Vec<String> = all.map(|m| model::normalized(&m.email)).collect();
-        // Keys: any case of a suppressed mailbox matches.
-        let suppressed = self.store.suppressed_among(tenant_id, &addresses).await?;
-        if suppressed.is_empty() {
-            return Ok(Screened::Clear);
-        }
-        let is_suppressed = |a: &str| suppressed.contains(&suppression_key(a));
-        let keep = |list: &Vec<lettre::message::Mailbox>| -> Vec<lettre::message::Mailbox> {
-            list.iter()
-                .filter(|m| !is_suppressed(&model::normalized(&m.email)))
-                .cloned()
-                .collect()
-        };
-        let mut dropped: Vec<String> = Vec::new();
-        for a in addresses {
-            if is_suppressed(&a) && !dropped.contains(&a) {
-                dropped.push(a);
-            }
-        }
-        let mut remaining = email.clone();
-        remaining.to = keep(&email.to);
-        remaining.cc = keep(&email.cc);
-        remaining.bcc = keep(&email.bcc);
-        if remaining.to.is_empty() && remaining.cc.is_empty() && remaining.bcc.is_empty() {
-            Ok(Screened::All(dropped))
-        } else {
-            Ok(Screened::Some(Box::new(remaining), dropped))
+/// What the list's keys `suppressed` (from `Store::suppressed_among`
+/// of `recipients(email)`) leave of an email's to, cc and bcc.
+pub(super) fn screened(email: &ValidatedEmail, suppressed: &[String]) -> Screened {
+    if suppressed.is_empty() {
+        return Screened::Clear;
+    }
+    let addresses = recipients(email);
+    let is_suppressed = |a: &str| suppressed.contains(&suppression_key(a));
+    let keep = |list: &Vec<lettre::message::Mailbox>| -> Vec<lettre::message::Mailbox> {
+        list.iter()
+            .filter(|m| !is_suppressed(&model::normalized(&m.email)))
+            .cloned()
+            .collect()
+    };
+    let mut dropped: Vec<String> = Vec::new();
+    for a in addresses {
+        if is_suppressed(&a) && !dropped.contains(&a) {
+            dropped.push(a);
         }
     }
+    let mut remaining = email.clone();
+    remaining.to = keep(&email.to);
+    remaining.cc = keep(&email.cc);
+    remaining.bcc = keep(&email.bcc);
+    if remaining.to.is_empty() && remaining.cc.is_empty() && remaining.bcc.is_empty() {
+        Screened::All(dropped)
+    } else {
+        Screened::Some(Box::new(remaining), dropped)
+    }
+}
+
+/// The normalised addresses of an email's to, cc and bcc, as the list is
+/// searched for them.
+pub(super) fn recipients(email: &ValidatedEmail) -> Vec<String> {
+    let all = email.to.iter().chain(&email.cc).chain(&email.bcc);
+    all.map(|m| model::normalized(&m.email)).collect()
 }
 
 /// Most items one batch call takes.

@@ -13,6 +13,19 @@ macro_rules! select_email {
     };
 }
 
+/// An email in flight, as a condition beside `id = $n`. Written as `IS
+/// TRUE` so that PostgreSQL finds the row by its primary key: with
+/// statistics that show few `sending` rows (always, in a steady state) a
+/// plain `status = 'sending'` makes it scan the `(status, lease_until)`
+/// index instead, whose dead entries grow with every send until the next
+/// vacuum (the handoff mark cost 74 to 204 buffer reads instead of 6).
+macro_rules! is_sending {
+    () => {
+        "(status = 'sending') IS TRUE"
+    };
+}
+pub(super) use is_sending;
+
 /// An email's handoff result ($1 status, $2 detail, $3 now, $4 id), taken
 /// only by a `sending` row or one the sweeper declared `unknown`.
 macro_rules! update_email_outcome {
@@ -329,7 +342,10 @@ impl Store {
         lease_until: i64,
     ) -> Result<bool, Error> {
         let email = Step::rows(
-            "UPDATE emails SET handoff_began_at = $1, lease_until = $2 WHERE id = $3 AND status = 'sending'",
+            concat!(
+                "UPDATE emails SET handoff_began_at = $1, lease_until = $2 WHERE id = $3 AND ",
+                is_sending!()
+            ),
             params![now, lease_until, id],
         )
         .abort_if_zero();
@@ -589,7 +605,7 @@ impl Store {
             .write(Unit::new(vec![
                 Step::rows(
                     "UPDATE emails SET status = $1, handoff_detail = $2, revision = revision + 1, updated_at = $3 \
-                     WHERE id = $4 AND status = 'unknown'",
+                     WHERE id = $4 AND (status = 'unknown') IS TRUE",
                     params![status.as_str(), detail, now, email_id],
                 )
                 .abort_if_zero(),

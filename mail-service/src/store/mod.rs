@@ -43,7 +43,7 @@ pub use feedback::{FeedbackTarget, NewAutoSuppression, NewEvent, NewReport};
 pub use health::QueueDepths;
 pub use records::{
     Change, ClaimedEmail, EmailFilter, EmailUpdate, KeyRecord, KeyRef, LogFilter, NewEmail, NewLog,
-    RateHit, Reservation, Reserved, Started, Swept,
+    RateHit, Reservation, Reserved, ScreenedStart, Started, Swept,
 };
 pub(crate) use secrets::Slot;
 pub use secrets::{DEFAULT_KEY_FILE, KeyStatus, MasterKeySource, SecretsStatus};

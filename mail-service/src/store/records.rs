@@ -124,6 +124,15 @@ pub struct KeyRef {
     pub key: String,
 }
 
+/// What `Store::begin_handoff_if_clear` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScreenedStart {
+    /// No recipient is on the list; whether the handoff was marked begun.
+    Began(bool),
+    /// These recipients' keys are on the list; nothing was written.
+    Suppressed(Vec<String>),
+}
+
 /// The request log row written before a request's handler runs.
 #[derive(Debug, Clone)]
 pub struct NewLog {

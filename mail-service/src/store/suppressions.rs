@@ -11,6 +11,19 @@ fn placeholders(n: usize) -> String {
         .join(", ")
 }
 
+/// PostgreSQL: the tenant's ($1) suppressed keys among $2 and, only when
+/// there is none, `begin_handoff`'s mark (time $3, lease $4, email $5, key
+/// $6..$8 or NULLs) in the same statement; yields (emails marked, keys).
+const PG_SCREEN_AND_BEGIN: &str = concat!(
+    "WITH s AS (SELECT email_key FROM suppressions WHERE tenant_id = $1 AND email_key = ANY($2::text[])), \
+     e AS (UPDATE emails SET handoff_began_at = $3, lease_until = $4 WHERE id = $5 AND ",
+    emails::is_sending!(),
+    " AND NOT EXISTS (SELECT 1 FROM s) RETURNING id), \
+     k AS (UPDATE idempotency_keys SET lease_until = $4 \
+       WHERE tenant_id = $6 AND scope = $7 AND idem_key = $8 AND state = 'in_flight' AND EXISTS (SELECT 1 FROM e)) \
+     SELECT (SELECT count(*) FROM e), array(SELECT email_key FROM s)"
+);
+
 /// The columns of `Suppression`, then the rest of the query.
 macro_rules! select_suppression {
     ($rest:literal) => {
@@ -226,6 +239,46 @@ impl Store {
         })
     }
 
+    /// The handoff's start when none of `emails` is on the tenant's list:
+    /// `Began` as `begin_handoff` marks it (`false`: its lease ran out and
+    /// it was settled); otherwise `Suppressed` with their keys and nothing
+    /// written. On PostgreSQL the screen and the mark are one statement (one
+    /// round trip instead of two); on SQLite the screen is the inline read
+    /// and the mark a unit of the writer, as apart.
+    pub async fn begin_handoff_if_clear(
+        &self,
+        tenant_id: i64,
+        emails: &[String],
+        (id, key): (i64, Option<&KeyRef>),
+        now: i64,
+        lease_until: i64,
+    ) -> Result<ScreenedStart, Error> {
+        let Db::Postgres { writes, .. } = &self.db else {
+            let suppressed = self.suppressed_among(tenant_id, emails).await?;
+            if !suppressed.is_empty() {
+                return Ok(ScreenedStart::Suppressed(suppressed));
+            }
+            let began = self.begin_handoff(id, key, now, lease_until).await?;
+            return Ok(ScreenedStart::Began(began));
+        };
+        let keys: Vec<String> = emails.iter().map(|e| suppression_key(e)).collect();
+        let (began, suppressed): (i64, Vec<String>) = sqlx::query_as(PG_SCREEN_AND_BEGIN)
+            .bind(tenant_id)
+            .bind(keys)
+            .bind(now)
+            .bind(lease_until)
+            .bind(id)
+            .bind(key.map(|k| k.tenant_id))
+            .bind(key.map(|k| k.scope.as_str()))
+            .bind(key.map(|k| k.key.as_str()))
+            .fetch_one(writes)
+            .await?;
+        Ok(match suppressed.is_empty() {
+            true => ScreenedStart::Began(began == 1),
+            false => ScreenedStart::Suppressed(suppressed),
+        })
+    }
+
     /// Records the recipients an email lost to the list (a JSON list), on
     /// an email whose handoff has not been recorded yet.
     pub async fn record_suppressed_recipients(
@@ -235,7 +288,10 @@ impl Store {
     ) -> Result<(), Error> {
         let list = serde_json::to_string(recipients).unwrap_or_default();
         self.write_one(Step::rows(
-            "UPDATE emails SET suppressed_recipients = $1 WHERE id = $2 AND status = 'sending'",
+            concat!(
+                "UPDATE emails SET suppressed_recipients = $1 WHERE id = $2 AND ",
+                emails::is_sending!()
+            ),
             params![list, email_id],
         ))
         .await?;
