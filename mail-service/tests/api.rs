@@ -279,6 +279,17 @@ async fn rate_limit_is_per_tenant_and_shared_by_nodes(b: Backend) {
     }
     let refused = app.send(&email()).await;
     refused.expect(429, "rate_limit_exceeded");
+    // A refusal's log row is complete when it is answered (other answers'
+    // completions are queued): the log counts what each window let through.
+    let refused_id = refused.header("x-request-id").unwrap();
+    assert_eq!(
+        app.db
+            .count(&format!(
+                "SELECT status FROM request_logs WHERE id = {refused_id}"
+            ))
+            .await,
+        429
+    );
     let retry: i64 = refused.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=60).contains(&retry));
     assert_eq!(refused.header("ratelimit-remaining"), Some("0"));
@@ -487,7 +498,29 @@ async fn operator_first_steps_with_the_cli(b: Backend) {
     assert_eq!(resp.status().as_u16(), 401);
 }
 
+/// Answers given at once are all in the log with their status: on
+/// PostgreSQL their completions share statements (`LogCompletions`), and a
+/// listing waits for every completion queued before it.
+async fn answers_given_at_once_are_all_in_the_log(b: Backend) {
+    let app = TestApp::start(b).await;
+    let sends: Vec<_> = (0..40)
+        .map(|n| app.spawn_post("/emails", &format!("at-once-{n}"), &email()))
+        .collect();
+    for send in sends {
+        send.await.unwrap().expect(200, "");
+    }
+    let logs = app.get("/logs?method=POST&limit=100").await;
+    let all = logs.body["data"].as_array().unwrap();
+    assert_eq!(all.len(), 40, "{all:?}");
+    assert!(
+        all.iter()
+            .all(|e| e["status"] == 200 && e["duration_ms"].is_i64()),
+        "{all:?}"
+    );
+}
+
 on_both_backends!(
+    answers_given_at_once_are_all_in_the_log,
     authentication_and_permissions,
     error_body_on_every_path,
     request_logs_with_cursor_and_filters,

@@ -133,17 +133,25 @@ impl Store {
         })
     }
 
-    /// Records a request's answer; on SQLite without waiting for the commit
-    /// (`write_behind`): the reads of the log below wait for it instead.
+    /// Records a request's answer without waiting for it to be written:
+    /// SQLite's writer runs it in its queue's order, PostgreSQL's
+    /// `LogCompletions` many to a statement; the reads of the log below wait
+    /// for what was queued before them (`written_behind`). A refusal by the
+    /// rate limit (429) is written before it is answered, so the log counts
+    /// the requests each window let through exactly, even after a crash.
     pub async fn finish_log(&self, id: i64, status: i64, duration_ms: i64) -> Result<(), Error> {
-        self.write_behind(
+        let unit = || {
             Unit::one(Step::rows(
                 "UPDATE request_logs SET status = $1, duration_ms = $2 WHERE id = $3",
                 params![status, duration_ms, id],
             ))
-            .bookkeeping(),
-        )
-        .await
+            .bookkeeping()
+        };
+        match &self.db {
+            _ if status == 429 => self.write(unit()).await.map(drop),
+            Db::Sqlite { writer, .. } => writer.submit(unit()),
+            Db::Postgres { completions, .. } => completions.queue(id, status, duration_ms),
+        }
     }
 
     pub async fn prune_rate_windows(&self, before: i64) -> Result<u64, Error> {

@@ -99,6 +99,8 @@ enum Db {
         writes: PgPool,
         /// Reads and bookkeeping writes (`synchronous_commit = off`).
         reads: PgPool,
+        /// Request-log completions, queued onto `reads`.
+        completions: postgres::LogCompletions,
     },
 }
 
@@ -270,7 +272,12 @@ impl Store {
             (max_connections / 2).max(2),
             options.options([("synchronous_commit", "off")]),
         );
-        Ok(Db::Postgres { writes, reads })
+        let completions = postgres::LogCompletions::start(reads.clone());
+        Ok(Db::Postgres {
+            writes,
+            reads,
+            completions,
+        })
     }
 
     pub fn backend(&self) -> &'static str {
@@ -291,7 +298,12 @@ impl Store {
                 writer.close().await;
                 reads.close().await;
             }
-            Db::Postgres { writes, reads } => {
+            Db::Postgres {
+                writes,
+                reads,
+                completions,
+            } => {
+                let _ = completions.written().await;
                 writes.close().await;
                 reads.close().await;
             }
@@ -302,29 +314,18 @@ impl Store {
     async fn write(&self, unit: Unit) -> Result<Ran, Error> {
         match &self.db {
             Db::Sqlite { writer, .. } => writer.run(unit).await,
-            Db::Postgres { writes, reads } => {
+            Db::Postgres { writes, reads, .. } => {
                 postgres::run(if unit.durable { writes } else { reads }, &unit).await
             }
         }
     }
 
-    /// Queues a bookkeeping unit without waiting for it where the backend
-    /// allows: SQLite's writer runs its queue in order, and a read of what
-    /// such units write calls `written_behind` first. PostgreSQL runs it as
-    /// `write` does (its connections keep no order between requests).
-    async fn write_behind(&self, unit: Unit) -> Result<(), Error> {
-        match &self.db {
-            Db::Sqlite { writer, .. } => writer.submit(unit),
-            Db::Postgres { .. } => self.write(unit).await.map(drop),
-        }
-    }
-
-    /// Waits until every unit queued by `write_behind` before this call is
-    /// committed.
+    /// Waits until every request-log completion queued before this call
+    /// (`finish_log`) is written.
     async fn written_behind(&self) -> Result<(), Error> {
         match &self.db {
             Db::Sqlite { writer, .. } => writer.run(Unit::new(Vec::new())).await.map(drop),
-            Db::Postgres { .. } => Ok(()),
+            Db::Postgres { completions, .. } => completions.written().await,
         }
     }
 

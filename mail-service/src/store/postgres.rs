@@ -2,10 +2,12 @@
 //! connection (no BEGIN/COMMIT round trips), so the hot writes are written
 //! as one statement each (data-modifying CTEs, `unnest` for many rows); a
 //! longer unit runs in one transaction. PostgreSQL groups the commits of
-//! concurrent connections itself.
+//! concurrent connections itself. Request-log completions are queued and
+//! written many to a statement (`LogCompletions`).
 
 use sqlx::postgres::{PgArguments, PgPool};
 use sqlx::{PgExecutor, Postgres, Row};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Error;
 
@@ -74,5 +76,106 @@ fn storage_error(e: sqlx::Error, unit: &Unit) -> Error {
             unit.conflict(db.message())
         }
         _ => Error::from(e),
+    }
+}
+
+/// Request-log completions on PostgreSQL (`Store::finish_log`), queued
+/// instead of awaited: one task writes whatever has queued as one statement
+/// (`unnest`) while the requests go on, so under load many completions share
+/// one round trip (one of a send's round trips on an idle node, a fraction
+/// of one on a busy one). `written` waits for what was queued before it, as
+/// SQLite's `written_behind` does; the queue of a node that is killed is
+/// lost with it, leaving those rows unfinished (status 0).
+#[derive(Debug, Clone)]
+pub(crate) struct LogCompletions {
+    queue: mpsc::UnboundedSender<Queued>,
+}
+
+enum Queued {
+    Log([i64; 3]),
+    /// Answered once every completion queued before it was written.
+    Written(oneshot::Sender<()>),
+}
+
+/// The most completions one statement writes.
+const MOST_COMPLETIONS: usize = 1024;
+
+const FINISH_LOGS: &str = "UPDATE request_logs AS l SET status = u.status, duration_ms = u.duration_ms \
+     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS u(id, status, duration_ms) WHERE l.id = u.id";
+
+impl LogCompletions {
+    /// Starts the task that writes them through `pool` (the bookkeeping
+    /// pool: `synchronous_commit = off`).
+    pub(crate) fn start(pool: PgPool) -> LogCompletions {
+        let (queue, queued) = mpsc::unbounded_channel();
+        tokio::spawn(write_completions(pool, queued));
+        LogCompletions { queue }
+    }
+
+    /// Queues the completion (status, duration) of log row `id`.
+    pub(crate) fn queue(&self, id: i64, status: i64, duration_ms: i64) -> Result<(), Error> {
+        self.queue
+            .send(Queued::Log([id, status, duration_ms]))
+            .map_err(|_| stopped())
+    }
+
+    /// Waits until every completion queued before this call was written
+    /// (or its statement failed, which the task logs).
+    pub(crate) async fn written(&self) -> Result<(), Error> {
+        let (done, answer) = oneshot::channel();
+        self.queue
+            .send(Queued::Written(done))
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())
+    }
+}
+
+fn stopped() -> Error {
+    Error::Unavailable {
+        detail: "the request log's writer has stopped".into(),
+    }
+}
+
+async fn write_completions(pool: PgPool, mut queued: mpsc::UnboundedReceiver<Queued>) {
+    let mut waiting = Vec::new();
+    let mut columns: [Vec<i64>; 3] = Default::default();
+    while let Some(first) = queued.recv().await {
+        let mut next = Some(first);
+        while let Some(item) = next.take() {
+            match item {
+                Queued::Log(values) => {
+                    for (column, value) in columns.iter_mut().zip(values) {
+                        column.push(value);
+                    }
+                }
+                Queued::Written(done) => waiting.push(done),
+            }
+            if columns[0].len() < MOST_COMPLETIONS {
+                next = queued.try_recv().ok();
+            }
+        }
+        if !columns[0].is_empty() {
+            let [ids, statuses, durations] = std::mem::take(&mut columns);
+            // Planned afresh each time (not a cached prepared statement): a
+            // plan cached while the table was small joins by scanning it
+            // whole, and keeps doing so as it grows.
+            let written = sqlx::query(FINISH_LOGS)
+                .persistent(false)
+                .bind(&ids)
+                .bind(statuses)
+                .bind(durations)
+                .execute(&pool)
+                .await;
+            if let Err(e) = written {
+                tracing::warn!(
+                    requests = ids.len(),
+                    error = %e,
+                    "request log completions could not be written; those requests stay unfinished (status 0) in the log"
+                );
+            }
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(());
+        }
     }
 }
