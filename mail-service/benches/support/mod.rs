@@ -99,7 +99,11 @@ pub fn serve(env: &[(String, String)]) -> (Child, String) {
 /// [`serve`], and the operator listener's address when the environment
 /// turned it on (`MAIL_METRICS_LISTEN`).
 pub fn serve_noting_metrics(env: &[(String, String)]) -> (Child, String, Option<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mail-service"))
+    // MAIL_BENCH_SERVER: another build of the server to load (an A/B of two
+    // builds on one machine, run after run), against this build's raw side.
+    let server = std::env::var_os("MAIL_BENCH_SERVER")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_mail-service").into());
+    let mut child = Command::new(server)
         .arg("serve")
         .env("MAIL_LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "warn")
