@@ -12,7 +12,6 @@ use common::{Backend, ServerProcess, TestApp, TestDb, email, http_client, smtp};
 use mail_service::model::Permission;
 use mail_service::service::Settings;
 use mail_service::smtp_sink::{SinkMode, SmtpSink};
-use mail_service::store::{KeyRef, NewEmail, Reservation};
 use serde_json::json;
 
 async fn replay_returns_the_identical_answer(b: Backend) {
@@ -193,40 +192,9 @@ async fn orphaned_reservation(
     body: &serde_json::Value,
     began: bool,
 ) -> i64 {
-    let principal = app.service.authenticate(&app.send_key).await.unwrap();
-    let now = app.service.now_ms();
-    let id = app.service.next_id();
-    let reservation = Reservation {
-        tenant_id: principal.tenant_id,
-        scope: "POST /emails".into(),
-        key: key.into(),
-        body_hash: mail_service::service::body_hash(body),
-        replay_cutoff: now - 1,
-    };
-    let orphan = NewEmail {
-        id,
-        tenant_id: principal.tenant_id,
-        api_key_id: principal.api_key_id,
-        from_addr: "billing@acme.test".into(),
-        from_domain: "acme.test".into(),
-        to_addrs: "[]".into(),
-        subject: "Your invoice".into(),
-        payload: body.to_string(),
-        message_id: format!("<{id}@acme.test>"),
-        scheduled_at: None,
-        batch_id: None,
-        request_id: None,
-    };
-    app.store
-        .reserve_and_store(Some(&reservation), &[orphan], now, now + 60_000, None)
-        .await
-        .unwrap();
+    let (id, key) = app.reserve_email(key, body).await;
     if began {
-        let key = KeyRef {
-            tenant_id: principal.tenant_id,
-            scope: "POST /emails".into(),
-            key: key.into(),
-        };
+        let now = app.service.now_ms();
         assert!(
             app.store
                 .begin_handoff(id, Some(&key), now, now + 60_000)

@@ -7,7 +7,7 @@ mod common;
 
 use common::{Backend, Resp, TestApp, email};
 use mail_service::clock::Clock;
-use mail_service::store::{KeyRef, NewEmail, Reservation, ScreenedStart};
+use mail_service::store::ScreenedStart;
 use serde_json::{Value, json};
 
 async fn suppress(app: &TestApp, address: &str) -> Resp {
@@ -578,40 +578,8 @@ async fn batch_routes_add_and_remove(b: Backend) {
 async fn the_handoff_is_marked_only_when_no_recipient_is_listed(b: Backend) {
     let app = TestApp::start(b).await;
     suppress(&app, "gone@example.test").await.expect(200, "");
-    let principal = app.service.authenticate(&app.send_key).await.unwrap();
-    let tenant = principal.tenant_id;
-    let now = app.service.now_ms();
-    let id = app.service.next_id();
-    let reservation = Reservation {
-        tenant_id: tenant,
-        scope: "POST /emails".into(),
-        key: "screened".into(),
-        body_hash: "h".into(),
-        replay_cutoff: now - 1,
-    };
-    let new = NewEmail {
-        id,
-        tenant_id: tenant,
-        api_key_id: principal.api_key_id,
-        from_addr: "billing@acme.test".into(),
-        from_domain: "acme.test".into(),
-        to_addrs: "[]".into(),
-        subject: "Screened".into(),
-        payload: "{}".into(),
-        message_id: format!("<{id}@acme.test>"),
-        scheduled_at: None,
-        batch_id: None,
-        request_id: None,
-    };
-    app.store
-        .reserve_and_store(Some(&reservation), &[new], now, now + 1_000, None)
-        .await
-        .unwrap();
-    let key = KeyRef {
-        tenant_id: tenant,
-        scope: "POST /emails".into(),
-        key: "screened".into(),
-    };
+    let (id, key) = app.reserve_email("screened", &email()).await;
+    let (tenant, now) = (key.tenant_id, app.service.now_ms());
     let state = |what: &'static str| {
         let sql = match what {
             "mark" => format!(
@@ -628,7 +596,7 @@ async fn the_handoff_is_marked_only_when_no_recipient_is_listed(b: Backend) {
     ];
     let screened = app
         .store
-        .begin_handoff_if_clear(tenant, &listed, (id, Some(&key)), now, now + 50_000)
+        .begin_handoff_if_clear(tenant, &listed, (id, Some(&key)), now, now + 90_000)
         .await
         .unwrap();
     assert_eq!(
@@ -637,19 +605,19 @@ async fn the_handoff_is_marked_only_when_no_recipient_is_listed(b: Backend) {
     );
     assert_eq!(
         (state("mark").await, state("lease").await),
-        (0, now + 1_000)
+        (0, now + 60_000)
     );
 
     let clear = vec!["ada@example.test".to_string()];
     let screened = app
         .store
-        .begin_handoff_if_clear(tenant, &clear, (id, Some(&key)), now, now + 50_000)
+        .begin_handoff_if_clear(tenant, &clear, (id, Some(&key)), now, now + 90_000)
         .await
         .unwrap();
     assert_eq!(screened, ScreenedStart::Began(true));
     assert_eq!(
         (state("mark").await, state("lease").await),
-        (1, now + 50_000)
+        (1, now + 90_000)
     );
 
     app.db
@@ -659,11 +627,11 @@ async fn the_handoff_is_marked_only_when_no_recipient_is_listed(b: Backend) {
         .await;
     let screened = app
         .store
-        .begin_handoff_if_clear(tenant, &clear, (id, None), now, now + 90_000)
+        .begin_handoff_if_clear(tenant, &clear, (id, None), now, now + 120_000)
         .await
         .unwrap();
     assert_eq!(screened, ScreenedStart::Began(false));
-    assert_eq!(state("lease").await, now + 50_000);
+    assert_eq!(state("lease").await, now + 90_000);
 }
 
 on_both_backends!(

@@ -21,7 +21,7 @@ use axum::http::{HeaderMap, Request};
 use mail_service::clock::ManualClock;
 use mail_service::model::Permission;
 use mail_service::service::{MailService, Settings};
-use mail_service::store::{MasterKeySource, StorageConfig, Store};
+use mail_service::store::{KeyRef, MasterKeySource, NewEmail, Reservation, StorageConfig, Store};
 use mail_service::transport::{SmtpConfig, SmtpSecurity, Transport};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -459,6 +459,46 @@ impl TestApp {
             Some(body.to_string().into_bytes()),
         )
         .await
+    }
+
+    /// Stores an email from billing@acme.test and reserves `key` for
+    /// `body` (scope `POST /emails`) as a send does before its handoff, with
+    /// a lease of a minute from now; the email's id and the key.
+    pub async fn reserve_email(&self, key: &str, body: &Value) -> (i64, KeyRef) {
+        let principal = self.service.authenticate(&self.send_key).await.unwrap();
+        let now = self.service.now_ms();
+        let id = self.service.next_id();
+        let reservation = Reservation {
+            tenant_id: principal.tenant_id,
+            scope: "POST /emails".into(),
+            key: key.into(),
+            body_hash: mail_service::service::body_hash(body),
+            replay_cutoff: now - 1,
+        };
+        let email = NewEmail {
+            id,
+            tenant_id: principal.tenant_id,
+            api_key_id: principal.api_key_id,
+            from_addr: "billing@acme.test".into(),
+            from_domain: "acme.test".into(),
+            to_addrs: "[]".into(),
+            subject: "Your invoice".into(),
+            payload: body.to_string(),
+            message_id: format!("<{id}@acme.test>"),
+            scheduled_at: None,
+            batch_id: None,
+            request_id: None,
+        };
+        self.store
+            .reserve_and_store(Some(&reservation), &[email], now, now + 60_000, None)
+            .await
+            .unwrap();
+        let key = KeyRef {
+            tenant_id: principal.tenant_id,
+            scope: "POST /emails".into(),
+            key: key.into(),
+        };
+        (id, key)
     }
 
     /// Messages written by the file transport.
