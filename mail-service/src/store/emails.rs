@@ -13,18 +13,56 @@ macro_rules! select_email {
     };
 }
 
-/// An email in flight, as a condition beside `id = $n`. Written as `IS
+/// An email's status, as a condition beside `id = $n`. Written as `IS
 /// TRUE` so that PostgreSQL finds the row by its primary key: with
-/// statistics that show few `sending` rows (always, in a steady state) a
-/// plain `status = 'sending'` makes it scan the `(status, lease_until)`
-/// index instead, whose dead entries grow with every send until the next
-/// vacuum (the handoff mark cost 74 to 204 buffer reads instead of 6).
-macro_rules! is_sending {
-    () => {
-        "(status = 'sending') IS TRUE"
+/// statistics that show few rows in a passing status (`sending`,
+/// `unknown`: always, in a steady state) a plain `status = 'sending'` makes
+/// it scan the `(status, lease_until)` index instead, whose dead entries
+/// grow with every send until the next vacuum (the handoff mark cost 74 to
+/// 204 buffer reads instead of 6).
+macro_rules! status_is {
+    ($status:literal) => {
+        concat!("(status = '", $status, "') IS TRUE")
     };
 }
-pub(super) use is_sending;
+pub(super) use status_is;
+
+/// The mark that an email's handoff began (time `$now`, lease `$lease`,
+/// email `$id`), taken only by a `sending` row.
+macro_rules! mark_handoff_begun {
+    ($now:literal, $lease:literal, $id:literal) => {
+        concat!(
+            "UPDATE emails SET handoff_began_at = ",
+            $now,
+            ", lease_until = ",
+            $lease,
+            " WHERE id = ",
+            $id,
+            " AND ",
+            $crate::store::emails::status_is!("sending")
+        )
+    };
+}
+pub(super) use mark_handoff_begun;
+
+/// The lease `$lease` of an in-flight key (`$tenant`, `$scope`, `$key`),
+/// renewed with its email's when the handoff begins.
+macro_rules! renew_key_lease {
+    ($lease:literal, $tenant:literal, $scope:literal, $key:literal) => {
+        concat!(
+            "UPDATE idempotency_keys SET lease_until = ",
+            $lease,
+            " WHERE tenant_id = ",
+            $tenant,
+            " AND scope = ",
+            $scope,
+            " AND idem_key = ",
+            $key,
+            " AND state = 'in_flight'"
+        )
+    };
+}
+pub(super) use renew_key_lease;
 
 /// An email's handoff result ($1 status, $2 detail, $3 now, $4 id), taken
 /// only by a `sending` row or one the sweeper declared `unknown`.
@@ -342,17 +380,13 @@ impl Store {
         lease_until: i64,
     ) -> Result<bool, Error> {
         let email = Step::rows(
-            concat!(
-                "UPDATE emails SET handoff_began_at = $1, lease_until = $2 WHERE id = $3 AND ",
-                is_sending!()
-            ),
+            mark_handoff_begun!("$1", "$2", "$3"),
             params![now, lease_until, id],
         )
         .abort_if_zero();
         let key = key.map(|k| {
             Step::rows(
-                "UPDATE idempotency_keys SET lease_until = $1 \
-                 WHERE tenant_id = $2 AND scope = $3 AND idem_key = $4 AND state = 'in_flight'",
+                renew_key_lease!("$1", "$2", "$3", "$4"),
                 params![lease_until, k.tenant_id, &k.scope, &k.key],
             )
         });
@@ -604,8 +638,11 @@ impl Store {
         let ran = self
             .write(Unit::new(vec![
                 Step::rows(
-                    "UPDATE emails SET status = $1, handoff_detail = $2, revision = revision + 1, updated_at = $3 \
-                     WHERE id = $4 AND (status = 'unknown') IS TRUE",
+                    concat!(
+                        "UPDATE emails SET status = $1, handoff_detail = $2, revision = revision + 1, updated_at = $3 \
+                         WHERE id = $4 AND ",
+                        status_is!("unknown")
+                    ),
                     params![status.as_str(), detail, now, email_id],
                 )
                 .abort_if_zero(),

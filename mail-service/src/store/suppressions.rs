@@ -15,12 +15,11 @@ fn placeholders(n: usize) -> String {
 /// there is none, `begin_handoff`'s mark (time $3, lease $4, email $5, key
 /// $6..$8 or NULLs) in the same statement; yields (emails marked, keys).
 const PG_SCREEN_AND_BEGIN: &str = concat!(
-    "WITH s AS (SELECT email_key FROM suppressions WHERE tenant_id = $1 AND email_key = ANY($2::text[])), \
-     e AS (UPDATE emails SET handoff_began_at = $3, lease_until = $4 WHERE id = $5 AND ",
-    emails::is_sending!(),
-    " AND NOT EXISTS (SELECT 1 FROM s) RETURNING id), \
-     k AS (UPDATE idempotency_keys SET lease_until = $4 \
-       WHERE tenant_id = $6 AND scope = $7 AND idem_key = $8 AND state = 'in_flight' AND EXISTS (SELECT 1 FROM e)) \
+    "WITH s AS (SELECT email_key FROM suppressions WHERE tenant_id = $1 AND email_key = ANY($2::text[])), e AS (",
+    emails::mark_handoff_begun!("$3", "$4", "$5"),
+    " AND NOT EXISTS (SELECT 1 FROM s) RETURNING id), k AS (",
+    emails::renew_key_lease!("$4", "$6", "$7", "$8"),
+    " AND EXISTS (SELECT 1 FROM e)) \
      SELECT (SELECT count(*) FROM e), array(SELECT email_key FROM s)"
 );
 
@@ -290,7 +289,7 @@ impl Store {
         self.write_one(Step::rows(
             concat!(
                 "UPDATE emails SET suppressed_recipients = $1 WHERE id = $2 AND ",
-                emails::is_sending!()
+                emails::status_is!("sending")
             ),
             params![list, email_id],
         ))
