@@ -613,7 +613,7 @@ impl MailService {
                 Err(detail),
             ),
         };
-        let remaining = match suppressions::screened(email, &suppressed) {
+        let remaining = match suppressions::screened(email, &addresses, &suppressed) {
             Screened::Clear => None,
             Screened::Some(remaining, dropped) => {
                 self.store

@@ -227,13 +227,17 @@ impl MailService {
     }
 }
 
-/// What the list's keys `suppressed` (from `Store::suppressed_among`
-/// of `recipients(email)`) leave of an email's to, cc and bcc.
-pub(super) fn screened(email: &ValidatedEmail, suppressed: &[String]) -> Screened {
+/// What the list's keys `suppressed` (found by `Store::suppressed_among`
+/// among `addresses`, the email's `recipients`) leave of its to, cc and
+/// bcc.
+pub(super) fn screened(
+    email: &ValidatedEmail,
+    addresses: &[String],
+    suppressed: &[String],
+) -> Screened {
     if suppressed.is_empty() {
         return Screened::Clear;
     }
-    let addresses = recipients(email);
     let is_suppressed = |a: &str| suppressed.contains(&suppression_key(a));
     let keep = |list: &Vec<lettre::message::Mailbox>| -> Vec<lettre::message::Mailbox> {
         list.iter()
@@ -243,8 +247,8 @@ pub(super) fn screened(email: &ValidatedEmail, suppressed: &[String]) -> Screene
     };
     let mut dropped: Vec<String> = Vec::new();
     for a in addresses {
-        if is_suppressed(&a) && !dropped.contains(&a) {
-            dropped.push(a);
+        if is_suppressed(a) && !dropped.contains(a) {
+            dropped.push(a.clone());
         }
     }
     let mut remaining = email.clone();
