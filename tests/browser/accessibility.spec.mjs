@@ -38,25 +38,67 @@ let browser;
 let page;
 const screenshotDir = process.env.SCREENSHOT_DIR || "target/browser";
 
-/// Presses Tab (at most 40 times) until the focused element matches
-/// `selector`, in the panel's frame when `frame` is given (the page's focus
-/// is then on the iframe); then checks that the focus is visible.
-async function tabTo(selector, frame) {
+/// Where the keyboard focus is: the page's focused element and, when that
+/// is the panel's iframe, the focused element inside it.
+async function focusedAt() {
+  const describe = () => {
+    const active = document.activeElement;
+    const name = active ? active.tagName.toLowerCase() + (active.id ? `#${active.id}` : "") : "nothing";
+    const text = active?.textContent?.trim().slice(0, 20);
+    return { name: text ? `${name} "${text}"` : name, focused: document.hasFocus() };
+  };
+  const outer = await page.evaluate(describe);
+  const frame = page.frames().find((f) => f !== page.mainFrame());
+  const inner = outer.name.startsWith("iframe") && frame ? await frame.evaluate(describe) : null;
+  return inner ? `${outer.name} > ${inner.name}${inner.focused ? "" : " (frame not focused)"}` : outer.name;
+}
+
+/// Waits until the focus has moved away from `before` and stayed for two
+/// readings in a row (at most a second). Focus that crosses into or out of
+/// the panel's out-of-process iframe arrives asynchronously: a Tab pressed
+/// while it is still in transit can leave chromium's focused frame and the
+/// page disagreeing, after which no further Tab leaves the iframe. A person
+/// pressing Tab never presses within that window; the test paces itself the
+/// same way.
+async function focusSettled(before) {
+  let last = null;
+  const started = Date.now();
+  while (Date.now() - started < 1000) {
+    const now = await focusedAt();
+    if (now !== before && now === last) {
+      return now;
+    }
+    last = now;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return last;
+}
+
+/// Presses Tab (Shift+Tab when `backward`, at most 40 times) until the
+/// focused element matches `selector`, in the panel's frame when `frame` is
+/// given (the page's focus is then on the iframe); then checks that the
+/// focus is visible. Each press waits for the focus to settle first
+/// (`focusSettled`); a failure lists where each press left it. An element
+/// before the focus is reached backward, as a person would: going forward
+/// past the page's end, chromium moves the focus through its own (hidden)
+/// toolbar, anywhere from 1 to over 20 presses before the page has it back.
+async function tabTo(selector, frame, backward = false) {
+  const path = [];
+  let at = await focusedAt();
   for (let presses = 1; presses <= 40; presses++) {
-    await page.keyboard.press("Tab");
-    const inPage = await page.evaluate((sel) => {
-      const active = document.activeElement;
-      return { iframe: active?.tagName === "IFRAME", matches: !!active?.matches(sel) };
-    }, frame ? "iframe.panel" : selector);
+    await page.keyboard.press(backward ? "Shift+Tab" : "Tab");
+    at = await focusSettled(at);
+    path.push(at);
+    const inPage = await page.evaluate((sel) => !!document.activeElement?.matches(sel), frame ? "iframe.panel" : selector);
     const here = frame
-      ? inPage.matches && (await frame.evaluate((sel) => !!document.activeElement?.matches(sel), selector))
-      : inPage.matches;
+      ? inPage && (await frame.evaluate((sel) => !!document.activeElement?.matches(sel), selector))
+      : inPage;
     if (here) {
       await focusIsVisible(frame ?? page, selector);
       return presses;
     }
   }
-  throw new Error(`40 presses of Tab did not reach ${selector}`);
+  throw new Error(`40 presses of ${backward ? "Shift+Tab" : "Tab"} did not reach ${selector}; the focus went to: ${path.join(", ")}`);
 }
 
 /// The focused element shows the focus ring: it matches :focus-visible and
@@ -223,7 +265,7 @@ try {
   }
 
   step = "refreshing the statistics by keyboard";
-  await tabTo(".stats .section-head button", frame);
+  await tabTo(".stats .section-head button", frame, true);
   await page.keyboard.press("Enter");
   await frame.waitForFunction(
     (want) =>
@@ -252,7 +294,7 @@ try {
   await auditBothSchemes(frame, "the panel's dashboard with statistics");
 
   step = "opening the edit form by keyboard";
-  await tabTo("#edit-site", frame);
+  await tabTo("#edit-site", frame, true);
   await page.keyboard.press("Enter");
   await frame.waitForFunction(() => document.activeElement?.id === "site-name");
   await focusIsVisible(frame, "the website name after Edit");
@@ -342,7 +384,7 @@ try {
   );
 
   step = "auditing the projects page, reached by keyboard";
-  await Promise.all([page.waitForURL(/\/console$/), tabTo("a.home").then(() => page.keyboard.press("Enter"))]);
+  await Promise.all([page.waitForURL(/\/console$/), tabTo("a.home", undefined, true).then(() => page.keyboard.press("Enter"))]);
   await page.locator("ul.projects").waitFor();
   await auditBothSchemes(page, "the projects page");
 
