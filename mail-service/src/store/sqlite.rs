@@ -85,7 +85,10 @@ impl Writer {
         let (writer_alive, writer_gone) = std::sync::mpsc::channel::<()>();
         let checkpointer = std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || checkpoint(checkpoints, &wal, wal_limit, writer_gone))?;
+            .spawn(move || {
+                wait_for_locks_up_to(busy_timeout.min(CHECKPOINT_WAIT));
+                checkpoint(checkpoints, &wal, wal_limit, writer_gone)
+            })?;
         let (requests, queue) = mpsc::unbounded_channel();
         let path = path.to_path_buf();
         std::thread::Builder::new()
@@ -138,9 +141,56 @@ fn closed() -> Error {
     }
 }
 
+/// How long a connection of the writer or the checkpoint thread sleeps
+/// before it tries a lock another connection holds again. SQLite's own busy
+/// handler sleeps 1, 2, 5, 10 … 100 ms between tries: the writer, meeting
+/// a checkpoint's lock for a moment, slept a millisecond or more after it
+/// was gone with every request waiting behind it, and a `TRUNCATE`
+/// checkpoint waiting so for the last reader held the writes back as long
+/// (perf sched under `send_bound`: the cores idle for 1–20 ms at a time).
+const BUSY_RETRY: Duration = Duration::from_micros(100);
+
+thread_local! {
+    /// The busy timeout of the connection this thread uses, and when the
+    /// lock it waits for was first met.
+    static BUSY_WAIT: std::cell::Cell<(Duration, Option<std::time::Instant>)> =
+        const { std::cell::Cell::new((Duration::ZERO, None)) };
+}
+
+/// Sets how long a connection opened by [`open`] waits for a lock when it
+/// is used on this thread (the writer thread and the checkpoint thread
+/// each set their own connection's).
+fn wait_for_locks_up_to(timeout: Duration) {
+    BUSY_WAIT.with(|wait| wait.set((timeout, None)));
+}
+
+/// The busy handler of [`open`]'s connections: tries again every
+/// `BUSY_RETRY` until this thread's busy timeout has passed since the
+/// lock was first met (`tries` is 0 then).
+fn retry_soon(tries: i32) -> bool {
+    BUSY_WAIT.with(|wait| {
+        let (timeout, first) = wait.get();
+        let now = std::time::Instant::now();
+        let first = match first {
+            Some(first) if tries > 0 => first,
+            _ => now,
+        };
+        wait.set((timeout, Some(first)));
+        if now.duration_since(first) >= timeout {
+            return false;
+        }
+        std::thread::sleep(BUSY_RETRY);
+        true
+    })
+}
+
+/// A connection that waits up to `busy_timeout` for a lock on the thread
+/// that opens it (the setup's statements) and, through `retry_soon`, on
+/// the thread that says so with `wait_for_locks_up_to`.
 fn open(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Connection> {
+    wait_for_locks_up_to(busy_timeout);
     let conn = Connection::open(path)?;
-    conn.busy_timeout(busy_timeout)?;
+    conn.busy_handler(Some(retry_soon))?;
     // WAL + NORMAL: a commit survives a crash of the process (the crash test
     // covers it); see README for power loss.
     // No checkpoint inside a commit: the checkpoint thread does them. The
@@ -206,6 +256,7 @@ fn serve(
     busy_timeout: Duration,
     checkpointer: (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>),
 ) {
+    wait_for_locks_up_to(busy_timeout);
     let mut closing = None;
     while let Some(request) = queue.blocking_recv() {
         let mut group = Vec::new();
@@ -496,6 +547,49 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(rows(&writer).await, committed + 1);
+        writer.close().await;
+    }
+
+    /// Another connection holding the write lock for a moment: the unit
+    /// waits for it (in short retries, within the busy timeout) and
+    /// commits; held past the timeout, the unit is 503.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_unit_waits_out_a_lock_held_for_a_moment_but_not_past_the_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let writer = Writer::start(&path, Duration::from_millis(600)).unwrap();
+        writer
+            .run(Unit::one(Step::rows(
+                "CREATE TABLE t (n INTEGER PRIMARY KEY)",
+                vec![],
+            )))
+            .await
+            .unwrap();
+        let hold = |for_how_long: Duration| {
+            let other = Connection::open(&path).unwrap();
+            other.execute_batch("BEGIN IMMEDIATE").unwrap();
+            std::thread::spawn(move || {
+                std::thread::sleep(for_how_long);
+                other.execute_batch("COMMIT").unwrap();
+            })
+        };
+        let insert = |n: i64| Unit::one(Step::rows("INSERT INTO t (n) VALUES ($1)", params![n]));
+
+        let holder = hold(Duration::from_millis(100));
+        writer
+            .run(insert(1))
+            .await
+            .expect("committed once the lock was free");
+        holder.join().unwrap();
+
+        let holder = hold(Duration::from_millis(1500));
+        let answer = writer.run(insert(2)).await;
+        assert!(
+            matches!(answer, Err(Error::Unavailable { .. })),
+            "{answer:?}"
+        );
+        holder.join().unwrap();
+        assert_eq!(rows(&writer).await, 1);
         writer.close().await;
     }
 
