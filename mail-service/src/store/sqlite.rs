@@ -22,7 +22,10 @@
 //! waits (the busy timeout) for the readers to move off the WAL, holds new
 //! writes back while it copies what is left, and cuts the file to zero;
 //! `journal_size_limit` cuts it to the limit whenever the writer starts it
-//! over by itself.
+//! over by itself. A WAL that has seen steady writes keeps its blocks
+//! allocated up to the limit (`allocate_ahead`), so the writer's appends do
+//! not wait for the file system's allocation while a checkpoint writes the
+//! file back, and a held lock is tried again every `BUSY_RETRY`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,6 +51,9 @@ const CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
 /// The WAL size past which the checkpoint thread truncates it (and what
 /// `journal_size_limit` keeps of it when it is started over).
 const WAL_LIMIT: u64 = 64 << 20;
+/// A WAL that grew past this (a quarter of its limit, when that is less)
+/// has its blocks allocated ahead, up to its limit, from then on.
+const ALLOCATE_AHEAD_PAST: u64 = 4 << 20;
 
 type Reply = oneshot::Sender<Result<Ran, Error>>;
 
@@ -220,10 +226,12 @@ fn checkpoint(
     wal_limit: u64,
     writer_gone: std::sync::mpsc::Receiver<()>,
 ) {
+    let mut steady_writes = false;
     while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
         writer_gone.recv_timeout(CHECKPOINT_EVERY)
     {
         let size = std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0);
+        steady_writes |= size > ALLOCATE_AHEAD_PAST.min(wal_limit / 4);
         let mode = if size > wal_limit {
             "TRUNCATE"
         } else {
@@ -244,8 +252,39 @@ fn checkpoint(
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "sqlite checkpoint failed; retrying"),
         }
+        if steady_writes {
+            allocate_ahead(wal, wal_limit);
+        }
     }
 }
+
+/// Allocates the WAL's blocks up to `wal_limit` without changing its size
+/// (`fallocate` with `KEEP_SIZE`), unless they are. The writer appends to
+/// the WAL while the checkpoint's fsync writes it back; on ext4 each append
+/// into blocks not yet allocated waited for that writeback's allocation
+/// (`ext4_da_get_block_prep`, perf sched: the writer in D state with every
+/// request behind it). Into allocated blocks it does not. A `TRUNCATE`
+/// frees them all, so this runs after every checkpoint of a WAL that has
+/// seen steady writes; the file's size, and what `journal_size_limit`
+/// keeps, are as before.
+#[cfg(target_os = "linux")]
+fn allocate_ahead(wal: &Path, wal_limit: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(file) = std::fs::OpenOptions::new().write(true).open(wal) else {
+        return;
+    };
+    if file.metadata().is_ok_and(|m| m.blocks() * 512 >= wal_limit) {
+        return;
+    }
+    let keep_size = rustix::fs::FallocateFlags::KEEP_SIZE;
+    if let Err(e) = rustix::fs::fallocate(&file, keep_size, 0, wal_limit) {
+        tracing::debug!(error = %e, "the WAL's blocks could not be allocated ahead");
+    }
+}
+
+/// Elsewhere the file system allocates as the WAL grows.
+#[cfg(not(target_os = "linux"))]
+fn allocate_ahead(_wal: &Path, _wal_limit: u64) {}
 
 /// The writer thread: groups what is queued, commits, answers; ends when
 /// asked to close or when every handle is gone.
@@ -654,6 +693,26 @@ mod tests {
                 bytes(&wal)
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The WAL, cut back to its limit, keeps its blocks allocated up to
+        // it (the checkpoint thread's next turn allocates them again).
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let allocated = || std::fs::metadata(&wal).map_or(0, |m| m.blocks() * 512);
+            let started = std::time::Instant::now();
+            while allocated() < LIMIT {
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "the WAL has {} bytes allocated, less than its limit of {LIMIT}",
+                    allocated()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(
+                bytes(&wal) <= LIMIT,
+                "allocating ahead kept the file's size"
+            );
         }
         stop.store(true, Ordering::Relaxed);
         let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
