@@ -25,6 +25,15 @@ impl Samples {
         self.seconds += elapsed;
     }
 
+    /// Operations per second so far (0 before any).
+    pub fn rate(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.latencies.len() as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
     pub fn figures(mut self) -> Figures {
         self.latencies.sort();
         Figures {
@@ -53,6 +62,21 @@ pub async fn load_api(
     seconds: u64,
     concurrency: usize,
 ) -> (Vec<Duration>, f64, usize) {
+    load_api_at(base, key, to, seconds, concurrency, None).await
+}
+
+/// [`load_api`], each client waiting for its turn so that together they
+/// send at most `rate` requests per second (`None`: as fast as answered).
+/// A client that falls behind goes on at once and does not catch up.
+pub async fn load_api_at(
+    base: &str,
+    key: &str,
+    to: &str,
+    seconds: u64,
+    concurrency: usize,
+    rate: Option<f64>,
+) -> (Vec<Duration>, f64, usize) {
+    let interval = rate.map(|r| Duration::from_secs_f64(concurrency as f64 / r.max(1.0)));
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()
@@ -66,13 +90,21 @@ pub async fn load_api(
     });
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
+        .map(|worker| {
             let (client, stop, body) = (client.clone(), stop.clone(), body.clone());
             let (url, key) = (format!("{base}/emails"), key.to_string());
+            // Spread over one interval, so the clients do not send together.
+            let mut turn = interval.map(|i| {
+                tokio::time::Instant::now() + i.mul_f64(worker as f64 / concurrency as f64)
+            });
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let mut errors = 0;
                 while !stop.load(Ordering::Relaxed) {
+                    if let (Some(at), Some(interval)) = (turn.as_mut(), interval) {
+                        tokio::time::sleep_until(*at).await;
+                        *at = (*at + interval).max(tokio::time::Instant::now());
+                    }
                     let t = Instant::now();
                     match client.post(&url).bearer_auth(&key).json(&body).send().await {
                         Ok(r) if r.status().as_u16() == 200 => {

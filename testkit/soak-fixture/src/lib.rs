@@ -132,6 +132,9 @@ pub struct ThreadUse {
     pub cpu_seconds: f64,
     /// Voluntary and involuntary context switches.
     pub context_switches: u64,
+    /// Bytes handed to `write`-like calls (`wchar` of `/proc/.../io`: what
+    /// reached the page cache, whether or not the disk saw it yet).
+    pub written_bytes: u64,
 }
 
 /// What every thread process `pid` has now used so far, by thread name
@@ -167,9 +170,18 @@ pub fn threads(pid: u32) -> std::collections::BTreeMap<String, ThreadUse> {
             .filter(|l| l.contains("ctxt_switches:"))
             .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             .sum();
+        let written_bytes = std::fs::read_to_string(task.path().join("io"))
+            .ok()
+            .and_then(|io| {
+                io.lines()
+                    .find_map(|l| l.strip_prefix("wchar:"))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0);
         let used = by_name.entry(name).or_default();
         used.cpu_seconds += cpu_seconds;
         used.context_switches += context_switches;
+        used.written_bytes += written_bytes;
     }
     by_name
 }
@@ -373,5 +385,30 @@ mod tests {
         assert!(rss_kib(me) > 0);
         assert!(vm_rss_kib(me) >= rss_kib(me));
         assert!(open_fds(me) >= 3);
+    }
+
+    /// A thread that writes a file shows the bytes under its name, and the
+    /// switches of its waiting.
+    #[test]
+    fn a_writing_thread_shows_its_bytes_and_switches() {
+        let dir = std::env::temp_dir().join(format!("soak-fixture-{}", std::process::id()));
+        let before = threads(std::process::id());
+        std::thread::Builder::new()
+            .name("bytes-writer".into())
+            .spawn({
+                let dir = dir.clone();
+                move || {
+                    std::fs::write(&dir, vec![7u8; 100_000]).unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                }
+            })
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let during = threads(std::process::id());
+        let _ = std::fs::remove_file(&dir);
+        assert!(!before.contains_key("bytes-writer"));
+        let writer = during.get("bytes-writer").expect("the thread is listed");
+        assert!(writer.written_bytes >= 100_000, "{writer:?}");
+        assert!(writer.context_switches >= 1, "{writer:?}");
     }
 }
