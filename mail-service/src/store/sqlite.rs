@@ -499,9 +499,10 @@ mod tests {
             .last()
     }
 
-    /// A writer of a fresh database in `dir` with one table `t (n)`.
-    async fn writer_of_table_t(dir: &Path) -> Writer {
-        let writer = Writer::start(&dir.join("w.db"), Duration::from_secs(1)).unwrap();
+    /// A writer of a fresh database `dir/w.db` with one table `t (n)`,
+    /// waiting `busy_timeout` for another connection's lock.
+    async fn writer_of_table_t(dir: &Path, busy_timeout: Duration) -> Writer {
+        let writer = Writer::start(&dir.join("w.db"), busy_timeout).unwrap();
         writer
             .run(Unit::one(Step::rows(
                 "CREATE TABLE t (n INTEGER PRIMARY KEY)",
@@ -517,7 +518,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_unit_run_after_submitted_ones_finds_them_committed() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = writer_of_table_t(dir.path()).await;
+        let writer = writer_of_table_t(dir.path(), Duration::from_secs(1)).await;
         for n in 0..100 {
             writer
                 .submit(Unit::one(Step::rows(
@@ -535,7 +536,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panicking_writer_answers_503_writes_nothing_and_recovers() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = writer_of_table_t(dir.path()).await;
+        let writer = writer_of_table_t(dir.path(), Duration::from_secs(1)).await;
 
         let poisoned = Unit::new(vec![
             Step::rows("INSERT INTO t (n) VALUES ($1)", params![1]),
@@ -595,15 +596,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_unit_waits_out_a_lock_held_for_a_moment_but_not_past_the_timeout() {
         let dir = tempfile::tempdir().unwrap();
+        let writer = writer_of_table_t(dir.path(), Duration::from_millis(600)).await;
         let path = dir.path().join("w.db");
-        let writer = Writer::start(&path, Duration::from_millis(600)).unwrap();
-        writer
-            .run(Unit::one(Step::rows(
-                "CREATE TABLE t (n INTEGER PRIMARY KEY)",
-                vec![],
-            )))
-            .await
-            .unwrap();
         let hold = |for_how_long: Duration| {
             let other = Connection::open(&path).unwrap();
             other.execute_batch("BEGIN IMMEDIATE").unwrap();
