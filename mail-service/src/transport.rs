@@ -14,6 +14,7 @@ use lettre::message::{Attachment, Message, MultiPart, SinglePart};
 
 use crate::model::ValidatedEmail;
 
+mod signers;
 mod smtp;
 
 pub use smtp::{SmtpConfig, SmtpRelay, SmtpSecurity};
@@ -48,7 +49,7 @@ pub struct Envelope<'a> {
     pub email_id: i64,
     pub message_id: &'a str,
     /// Signs the message (the sending domain's key).
-    pub dkim: &'a DkimSigning,
+    pub dkim: &'a Arc<DkimSigning>,
     /// The envelope sender (`MAIL FROM`): the email's return-path address
     /// (`feedback::verp`), where reports about it come back.
     pub return_path: &'a str,
@@ -185,7 +186,7 @@ impl Transport {
         };
         let bytes = match self {
             Transport::FileUnsigned(_) => message.formatted(),
-            _ => match envelope.dkim.sign(&message.formatted()) {
+            _ => match signers::sign(envelope.dkim, message.formatted()).await {
                 Ok(signed) => signed,
                 Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
             },
