@@ -323,12 +323,18 @@ mod tests {
     use base64::Engine;
     use rsa::pkcs8::EncodePrivateKey;
 
+    /// A fresh RSA-2048 private key as a domain stores it (PKCS#8 DER,
+    /// base64).
+    pub(super) fn generated_key() -> String {
+        let key = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 2048).unwrap();
+        let der = key.to_pkcs8_der().unwrap();
+        base64::engine::general_purpose::STANDARD.encode(der.as_bytes())
+    }
+
     #[test]
     fn a_signing_key_never_shows_in_debug_or_errors() {
         // ring signs with RSA keys of 2048 bits and more.
-        let key = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 2048).unwrap();
-        let der = key.to_pkcs8_der().unwrap();
-        let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_bytes());
+        let b64 = generated_key();
         let signing = DkimSigning::from_pkcs8_base64("shop.example", "mailservice", &b64).unwrap();
         let shown = format!("{signing:?}");
         assert!(

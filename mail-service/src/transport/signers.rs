@@ -81,11 +81,7 @@ mod tests {
     use super::*;
 
     fn key() -> Arc<DkimSigning> {
-        use base64::Engine;
-        use rsa::pkcs8::EncodePrivateKey;
-        let key = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 2048).unwrap();
-        let der = key.to_pkcs8_der().unwrap();
-        let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_bytes());
+        let b64 = super::super::tests::generated_key();
         Arc::new(DkimSigning::from_pkcs8_base64("shop.example", "mailservice", &b64).unwrap())
     }
 
