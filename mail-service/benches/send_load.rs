@@ -4,7 +4,7 @@
 //! latency, on SQLite and on PostgreSQL. In the same run, in slices
 //! interleaved with the API load, it measures the raw rate of the same
 //! database doing the row writes one accepted send costs (request log insert
-//! and update, rate-window upsert, email insert, its handoff mark and its
+//! and update, rate-window upsert, email insert with its handoff mark, and its
 //! outcome) in the units the service writes them in, through the same store (so on SQLite through the
 //! same group-committing writer), with the API's number of writers and with
 //! 4, and prints the ratio of the API's rate to the best raw rate. In the
@@ -101,8 +101,8 @@ impl Cpu {
 }
 
 /// The row writes of one accepted `POST /emails`, in the units the service
-/// writes them in: the request log and the rate count, the email, the mark
-/// that its handoff began, its outcome, the log's completion.
+/// writes them in: the request log and the rate count, the email with the
+/// mark that its handoff began, its outcome, the log's completion.
 async fn raw_send(store: &Store, email: &NewEmail, log: &NewLog, now: i64) {
     let hit = RateHit {
         tenant_id: email.tenant_id,
@@ -120,16 +120,18 @@ async fn raw_send(store: &Store, email: &NewEmail, log: &NewLog, now: i64) {
         .await
         .expect("log and rate");
     assert!(matches!(started, Started::Counted(Some(_))));
+    // Stored with its handoff marked as begun, as the service stores a send
+    // whose recipients are clear.
     store
-        .reserve_and_store(None, std::slice::from_ref(email), now, now + 60_000, None)
+        .reserve_and_store(
+            None,
+            std::slice::from_ref(email),
+            (now, now + 60_000),
+            None,
+            true,
+        )
         .await
-        .expect("email");
-    assert!(
-        store
-            .begin_handoff(email.id, None, now, now + 60_000)
-            .await
-            .expect("handoff mark")
-    );
+        .expect("email and its handoff mark");
     let sent = EmailUpdate {
         id: email.id,
         status: EmailStatus::Sent,

@@ -182,18 +182,31 @@ async fn two_processes_on_one_postgres_send_once(b: Backend) {
     exactly_one_message(&results, &sink);
 }
 
+/// How far a node got before it died, after reserving a key.
+#[derive(Clone, Copy)]
+enum Reached {
+    /// The reservation: no mark that the handoff began.
+    Reservation,
+    /// The mark, written apart just before the transport connects.
+    Mark,
+    /// The reservation with its email already marked, as a send whose
+    /// recipients were screened clear is stored.
+    ReservationMarked,
+}
+
 /// What a node leaves behind when it dies after reserving key `key` for
 /// `body`: the key in flight and the email `sending`, both leased for a
-/// minute; when `began`, with the mark it writes before the transport
-/// connects. Returns the email's id.
+/// minute, with or without the mark it writes before the transport
+/// connects (`reached`). Returns the email's id.
 async fn orphaned_reservation(
     app: &TestApp,
     key: &str,
     body: &serde_json::Value,
-    began: bool,
+    reached: Reached,
 ) -> i64 {
-    let (id, key) = app.reserve_email(key, body).await;
-    if began {
+    let marked_with_it = matches!(reached, Reached::ReservationMarked);
+    let (id, key) = app.reserve_email(key, body, marked_with_it).await;
+    if let Reached::Mark = reached {
         let now = app.service.now_ms();
         assert!(
             app.store
@@ -208,19 +221,24 @@ async fn orphaned_reservation(
 async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
     let app = TestApp::start(b).await;
     let body = email();
-    let id = orphaned_reservation(&app, "orphan", &body, true).await;
+    for (key, reached) in [
+        ("orphan", Reached::Mark),
+        ("orphan-marked-with-reservation", Reached::ReservationMarked),
+    ] {
+        let id = orphaned_reservation(&app, key, &body, reached).await;
 
-    app.send_with_key("orphan", &body)
-        .await
-        .expect(409, "concurrent_idempotent_requests");
-    app.clock.advance_ms(60_001);
-    let resp = app.send_with_key("orphan", &body).await;
-    resp.expect(409, "handoff_unknown");
-    assert_eq!(resp.body["email_id"], id.to_string());
-    assert_eq!(
-        app.get(&format!("/emails/{id}")).await.body["status"],
-        "unknown"
-    );
+        app.send_with_key(key, &body)
+            .await
+            .expect(409, "concurrent_idempotent_requests");
+        app.clock.advance_ms(60_001);
+        let resp = app.send_with_key(key, &body).await;
+        resp.expect(409, "handoff_unknown");
+        assert_eq!(resp.body["email_id"], id.to_string());
+        assert_eq!(
+            app.get(&format!("/emails/{id}")).await.body["status"],
+            "unknown"
+        );
+    }
     assert_eq!(app.outbox_count(), 0, "nothing was resent");
 }
 
@@ -231,7 +249,7 @@ async fn a_node_that_stops_mid_handoff_leaves_the_key_unknown(b: Backend) {
 async fn a_node_that_stops_before_the_handoff_releases_the_key(b: Backend) {
     let app = TestApp::start(b).await;
     let body = email();
-    let id = orphaned_reservation(&app, "never-began", &body, false).await;
+    let id = orphaned_reservation(&app, "never-began", &body, Reached::Reservation).await;
     app.send_with_key("never-began", &body)
         .await
         .expect(409, "concurrent_idempotent_requests");

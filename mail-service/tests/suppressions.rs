@@ -578,7 +578,7 @@ async fn batch_routes_add_and_remove(b: Backend) {
 async fn the_handoff_is_marked_only_when_no_recipient_is_listed(b: Backend) {
     let app = TestApp::start(b).await;
     suppress(&app, "gone@example.test").await.expect(200, "");
-    let (id, key) = app.reserve_email("screened", &email()).await;
+    let (id, key) = app.reserve_email("screened", &email(), false).await;
     let (tenant, now) = (key.tenant_id, app.service.now_ms());
     let state = |what: &'static str| {
         let sql = match what {

@@ -127,6 +127,7 @@ impl MailService {
                 id: email.id,
                 message_id: &email.message_id,
                 key: None,
+                marked: None,
             })
             .await;
         Ok(match handoff {

@@ -108,6 +108,10 @@ pub(super) struct Parcel<'a> {
     pub message_id: &'a str,
     /// The key that reserved it, whose lease each begun handoff renews.
     pub key: Option<&'a KeyRef>,
+    /// Set when the email was stored with its handoff marked as begun (its
+    /// recipients screened clear before): it goes to the transport with
+    /// this identity as it is.
+    pub marked: Option<&'a SendingIdentity>,
 }
 
 /// A handoff that never began: nothing was offered to the transport.
@@ -177,11 +181,21 @@ impl MailService {
             revision: 1,
         });
         let answered = scheduled.clone().map(|s| Outcome::Sent(s).to_json());
+        // One that leaves now with every recipient clear is stored with its
+        // handoff marked as begun: one unit of the writer, not two.
+        let cleared = match &scheduled {
+            None => {
+                self.cleared_identity(caller.principal.tenant_id, &email, &sender)
+                    .await
+            }
+            Some(_) => None,
+        };
         if let Some(replay) = self
             .reserve(
                 reservation.as_ref(),
                 std::slice::from_ref(&new),
                 answered.as_deref(),
+                cleared.is_some(),
             )
             .await?
         {
@@ -204,6 +218,7 @@ impl MailService {
                 id,
                 message_id: &new.message_id,
                 key: key_ref.as_ref(),
+                marked: cleared.as_ref(),
             })
             .await
             .unwrap_or_else(NotBegun::rejected);
@@ -341,7 +356,7 @@ impl MailService {
         });
         let answered = scheduled.clone().map(|s| Outcome::BatchSent(s).to_json());
         if let Some(replay) = self
-            .reserve(reservation.as_ref(), &news, answered.as_deref())
+            .reserve(reservation.as_ref(), &news, answered.as_deref(), false)
             .await?
         {
             return match replay {
@@ -366,6 +381,7 @@ impl MailService {
                     id: new.id,
                     message_id: &new.message_id,
                     key: key_ref.as_ref(),
+                    marked: None,
                 })
                 .await
                 .unwrap_or_else(NotBegun::rejected);
@@ -502,13 +518,15 @@ impl MailService {
     }
 
     /// Writes the emails and the reservation (completed at once with
-    /// `answered`, when given). `Some(outcome)` when the key was already
-    /// completed (replay); an error when it is taken otherwise.
+    /// `answered`, when given; the emails' handoff marked as begun with
+    /// `begun`). `Some(outcome)` when the key was already completed
+    /// (replay); an error when it is taken otherwise.
     async fn reserve(
         &self,
         reservation: Option<&Reservation>,
         emails: &[NewEmail],
         answered: Option<&str>,
+        begun: bool,
     ) -> Result<Option<Outcome>, Error> {
         for attempt in 0..2 {
             let now = self.clock.now_ms();
@@ -517,7 +535,7 @@ impl MailService {
             let lease_until = now + self.lease_ms();
             match self
                 .store
-                .reserve_and_store(reservation, emails, now, lease_until, answered)
+                .reserve_and_store(reservation, emails, (now, lease_until), answered, begun)
                 .await?
             {
                 Reserved::Fresh => return Ok(None),
@@ -581,7 +599,11 @@ impl MailService {
             id,
             message_id,
             key,
+            marked,
         } = parcel;
+        if let Some(identity) = marked {
+            return self.transfer(email, id, message_id, identity, true).await;
+        }
         let unlisted = |e: Error| NotBegun::storage("the suppression list could not be checked", e);
         let identity = self.sending_identity(tenant_id, sender);
         let addresses = suppressions::recipients(email);
@@ -645,6 +667,24 @@ impl MailService {
             .await
             .map_err(|e| NotBegun::storage("its handoff could not be marked as begun", e))?;
         self.transfer(email, id, message_id, &identity, began).await
+    }
+
+    /// The identity an email leaves with when it can leave as it is: its
+    /// sender has one and none of its recipients is on the suppression
+    /// list. None otherwise, and when the list cannot be read: its handoff
+    /// then screens and marks on its own, and reports what it found.
+    async fn cleared_identity(
+        &self,
+        tenant_id: i64,
+        email: &ValidatedEmail,
+        sender: &DkimKey,
+    ) -> Option<SendingIdentity> {
+        let identity = self.sending_identity(tenant_id, sender).ok()?;
+        let addresses = suppressions::recipients(email);
+        match self.store.suppressed_among(tenant_id, &addresses).await {
+            Ok(listed) if listed.is_empty() => Some(identity),
+            _ => None,
+        }
     }
 
     /// Hands a screened email whose handoff was marked (`began`) to the

@@ -75,14 +75,18 @@ macro_rules! update_email_outcome {
 
 /// PostgreSQL: the emails of a request from arrays ($3..$12, their
 /// sending domains in `$domains` and accepting request in `$requests`) at time $2: `scheduled` when they have a
-/// `scheduled_at`, else `sending` with lease $1.
+/// `scheduled_at`, else `sending` with lease $1, their handoff begun at $2
+/// when `$begun` is 1.
 macro_rules! pg_insert_emails {
-    ($domains:literal, $requests:literal) => {
+    ($domains:literal, $requests:literal, $begun:literal) => {
         concat!(
-            "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain, request_id) \
+            "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain, request_id, handoff_began_at) \
          SELECT u.id, u.tenant_id, u.api_key_id, CASE WHEN u.scheduled_at IS NULL THEN 'sending' ELSE 'scheduled' END, 1, \
            u.from_addr, u.to_addrs, u.subject, u.payload, u.message_id, u.scheduled_at, u.batch_id, \
-           CASE WHEN u.scheduled_at IS NULL THEN $1::bigint END, $2, $2, u.from_domain, u.request_id \
+           CASE WHEN u.scheduled_at IS NULL THEN $1::bigint END, $2, $2, u.from_domain, u.request_id, \
+           CASE WHEN u.scheduled_at IS NULL AND ",
+            $begun,
+            "::bigint = 1 THEN $2 END \
          FROM unnest($3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[], $12::bigint[], ",
             $domains,
             "::text[], ",
@@ -107,13 +111,13 @@ const RESERVE_KEY: &str = "INSERT INTO idempotency_keys (tenant_id, scope, idem_
        completed_at = excluded.completed_at \
      WHERE idempotency_keys.state = 'completed' AND idempotency_keys.completed_at < $11";
 /// One email ($1..$11) in status $4 with lease $12 at time $13, domain $14,
-/// accepted by request $15.
-const INSERT_EMAIL: &str = "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain, request_id) \
-     VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14, $15)";
-const PG_INSERT_EMAILS: &str = pg_insert_emails!("$13", "$14");
+/// accepted by request $15, its handoff begun at $16 (NULL: not yet).
+const INSERT_EMAIL: &str = "INSERT INTO emails (id, tenant_id, api_key_id, status, revision, from_addr, to_addrs, subject, payload, message_id, scheduled_at, batch_id, lease_until, created_at, updated_at, from_domain, request_id, handoff_began_at) \
+     VALUES ($1, $2, $3, $4, 1, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14, $15, $16)";
+const PG_INSERT_EMAILS: &str = pg_insert_emails!("$13", "$14", "$15");
 /// PostgreSQL: `RESERVE_KEY` (key $13..$15, body $16, email ids $17, replay
 /// cutoff $18, state $19, answer $20 completed at $21, with the emails'
-/// lease $1 and time $2, domains $22 and requests $23) and the emails in one statement; the emails are
+/// lease $1 and time $2, domains $22, requests $23 and begun $24) and the emails in one statement; the emails are
 /// written only when the key was reserved. Yields 1 when reserved, 0 when
 /// the key is held.
 const PG_RESERVE_AND_INSERT_EMAILS: &str = concat!(
@@ -125,7 +129,7 @@ const PG_RESERVE_AND_INSERT_EMAILS: &str = concat!(
        completed_at = excluded.completed_at \
      WHERE idempotency_keys.state = 'completed' AND idempotency_keys.completed_at < $18 RETURNING 1), \
      e AS (",
-    pg_insert_emails!("$22", "$23"),
+    pg_insert_emails!("$22", "$23", "$24"),
     " WHERE EXISTS (SELECT 1 FROM k)) SELECT count(*) FROM k"
 );
 
@@ -161,14 +165,18 @@ impl Store {
     /// was written. The key is in flight until `finish_handoff`, or, with
     /// `answered`, completed at once with that recorded answer (an answer
     /// that needs no handoff: scheduled emails). A completed record older
-    /// than the replay window is taken over.
+    /// than the replay window is taken over. With `begun`, the emails that
+    /// are not scheduled are stored with their handoff marked as begun at
+    /// `now`, as `begin_handoff` would mark them in a unit of its own: for a
+    /// send whose recipients were screened clear before, handed to the
+    /// transport right after.
     pub async fn reserve_and_store(
         &self,
         reservation: Option<&Reservation>,
         emails: &[NewEmail],
-        now: i64,
-        lease_until: i64,
+        (now, lease_until): (i64, i64),
         answered: Option<&str>,
+        begun: bool,
     ) -> Result<Reserved, Error> {
         let (state, completed_at) = match answered {
             Some(_) => (KeyState::Completed, Some(now)),
@@ -179,8 +187,7 @@ impl Store {
             Self::pg_reserve(
                 reservation,
                 emails,
-                now,
-                lease_until,
+                (now, lease_until, begun),
                 (state, &answered, completed_at),
             )
         } else {
@@ -204,9 +211,13 @@ impl Store {
                 .stop_if_zero()
             });
             let rows = emails.iter().map(|e| {
-                let (status, lease) = match e.scheduled_at {
-                    Some(_) => (EmailStatus::Scheduled, None),
-                    None => (EmailStatus::Sending, Some(lease_until)),
+                let (status, lease, began_at) = match e.scheduled_at {
+                    Some(_) => (EmailStatus::Scheduled, None, None),
+                    None => (
+                        EmailStatus::Sending,
+                        Some(lease_until),
+                        begun.then_some(now),
+                    ),
                 };
                 Step::rows(
                     INSERT_EMAIL,
@@ -225,7 +236,8 @@ impl Store {
                         lease,
                         now,
                         &e.from_domain,
-                        e.request_id
+                        e.request_id,
+                        began_at
                     ],
                 )
             });
@@ -241,8 +253,7 @@ impl Store {
     fn pg_reserve(
         reservation: Option<&Reservation>,
         emails: &[NewEmail],
-        now: i64,
-        lease_until: i64,
+        (now, lease_until, begun): (i64, i64, bool),
         (state, answered, completed_at): (KeyState, &Option<String>, Option<i64>),
     ) -> Unit {
         let column = |f: fn(&NewEmail) -> &String| -> Vec<String> {
@@ -264,7 +275,8 @@ impl Store {
         ];
         let domains = params![
             column(|e| &e.from_domain),
-            emails.iter().map(|e| e.request_id).collect::<Vec<_>>()
+            emails.iter().map(|e| e.request_id).collect::<Vec<_>>(),
+            i64::from(begun)
         ];
         match reservation {
             None => {

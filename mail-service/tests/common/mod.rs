@@ -463,8 +463,10 @@ impl TestApp {
 
     /// Stores an email from billing@acme.test and reserves `key` for
     /// `body` (scope `POST /emails`) as a send does before its handoff, with
-    /// a lease of a minute from now; the email's id and the key.
-    pub async fn reserve_email(&self, key: &str, body: &Value) -> (i64, KeyRef) {
+    /// a lease of a minute from now (with `begun`, marked as handed off in
+    /// the same unit, as a send with clear recipients is); the email's id
+    /// and the key.
+    pub async fn reserve_email(&self, key: &str, body: &Value, begun: bool) -> (i64, KeyRef) {
         let principal = self.service.authenticate(&self.send_key).await.unwrap();
         let now = self.service.now_ms();
         let id = self.service.next_id();
@@ -490,7 +492,13 @@ impl TestApp {
             request_id: None,
         };
         self.store
-            .reserve_and_store(Some(&reservation), &[email], now, now + 60_000, None)
+            .reserve_and_store(
+                Some(&reservation),
+                &[email],
+                (now, now + 60_000),
+                None,
+                begun,
+            )
             .await
             .unwrap();
         let key = KeyRef {
