@@ -251,6 +251,24 @@ impl MailService {
         })
     }
 
+    /// The identity an email leaves with when it can leave as it is: its
+    /// sender has one and none of its recipients is on the suppression
+    /// list. None otherwise, and when the list cannot be read: its handoff
+    /// then screens and marks on its own, and reports what it found.
+    pub(super) async fn cleared_identity(
+        &self,
+        tenant_id: i64,
+        email: &ValidatedEmail,
+        sender: &DkimKey,
+    ) -> Option<SendingIdentity> {
+        let identity = self.sending_identity(tenant_id, sender).ok()?;
+        let addresses = super::suppressions::recipients(email);
+        match self.store.suppressed_among(tenant_id, &addresses).await {
+            Ok(listed) if listed.is_empty() => Some(identity),
+            _ => None,
+        }
+    }
+
     /// The operator's command for local use: creates the domain if it is
     /// missing and marks it verified **without looking at DNS**.
     pub async fn mark_domain_verified(&self, tenant: &str, name: &str) -> Result<Domain, Error> {

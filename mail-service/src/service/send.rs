@@ -669,24 +669,6 @@ impl MailService {
         self.transfer(email, id, message_id, &identity, began).await
     }
 
-    /// The identity an email leaves with when it can leave as it is: its
-    /// sender has one and none of its recipients is on the suppression
-    /// list. None otherwise, and when the list cannot be read: its handoff
-    /// then screens and marks on its own, and reports what it found.
-    async fn cleared_identity(
-        &self,
-        tenant_id: i64,
-        email: &ValidatedEmail,
-        sender: &DkimKey,
-    ) -> Option<SendingIdentity> {
-        let identity = self.sending_identity(tenant_id, sender).ok()?;
-        let addresses = suppressions::recipients(email);
-        match self.store.suppressed_among(tenant_id, &addresses).await {
-            Ok(listed) if listed.is_empty() => Some(identity),
-            _ => None,
-        }
-    }
-
     /// Hands a screened email whose handoff was marked (`began`) to the
     /// transport, within the handoff lease.
     async fn transfer(

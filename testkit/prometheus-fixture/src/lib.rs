@@ -203,12 +203,11 @@ impl Prometheus {
         let mut last = Err("not asked yet".to_string());
         while started.elapsed() < timeout {
             last = self.query(expr);
-            if let Ok(series) = &last {
-                if let Some((_, value)) = series.first() {
-                    if accept(*value) {
-                        return *value;
-                    }
-                }
+            if let Ok(series) = &last
+                && let Some((_, value)) = series.first()
+                && accept(*value)
+            {
+                return *value;
             }
             std::thread::sleep(Duration::from_millis(250));
         }
