@@ -279,6 +279,12 @@ async fn a_deferral_at_rcpt_fails_once_and_a_keyed_retry_sends_nothing(b: Backen
     let again = app.send_with_key("order-77", &to("busy@rcpt.test")).await;
     assert_eq!(again.status, first.status);
     assert_eq!(again.body, first.body);
+    // Postfix's log daemon writes a moment after the session: wait for the
+    // first refusal's line, and give a second attempt's as long again to
+    // show before counting.
+    let started = std::time::Instant::now();
+    mta.wait_log(&["NOQUEUE: reject: RCPT", "busy@rcpt.test"]);
+    std::thread::sleep(started.elapsed().max(std::time::Duration::from_millis(500)));
     let refusals = mta
         .log()
         .lines()
