@@ -180,34 +180,63 @@ impl Transport {
     }
 
     pub async fn handoff(&self, email: &ValidatedEmail, envelope: &Envelope<'_>) -> Handoff {
-        let message = match build_message(email, envelope.message_id) {
-            Ok(m) => m,
-            Err(detail) => return Handoff::Rejected(detail),
-        };
+        match self.prepare(email, envelope).await {
+            Ok(prepared) => self.deliver(envelope.email_id, &prepared).await,
+            Err(refused) => refused,
+        }
+    }
+
+    /// The first half of a handoff: the message built, signed and
+    /// addressed, nothing offered to anyone yet (so it can run beside the
+    /// write that reserves the email). A message that cannot be built or
+    /// signed is refused here, as `handoff` refuses it.
+    pub async fn prepare(
+        &self,
+        email: &ValidatedEmail,
+        envelope: &Envelope<'_>,
+    ) -> Result<Prepared, Handoff> {
+        let started = std::time::Instant::now();
+        let message = build_message(email, envelope.message_id).map_err(Handoff::Rejected)?;
         let bytes = match self {
             Transport::FileUnsigned(_) => message.formatted(),
-            _ => match signers::sign(envelope.dkim, message.formatted()).await {
-                Ok(signed) => signed,
-                Err(detail) => return Handoff::Rejected(format!("not sent: {detail}")),
-            },
+            _ => signers::sign(envelope.dkim, message.formatted())
+                .await
+                .map_err(|detail| Handoff::Rejected(format!("not sent: {detail}")))?,
         };
-        let smtp_envelope = match smtp_envelope(&message, envelope.return_path) {
-            Ok(e) => e,
-            Err(detail) => return Handoff::Rejected(detail),
-        };
+        let envelope = smtp_envelope(&message, envelope.return_path).map_err(Handoff::Rejected)?;
+        Ok(Prepared {
+            bytes,
+            envelope,
+            took: started.elapsed(),
+        })
+    }
+
+    /// The second half: the prepared message offered to the relay (or
+    /// written to the directory).
+    pub async fn deliver(&self, email_id: i64, prepared: &Prepared) -> Handoff {
         match self {
             Transport::File(dir) | Transport::FileUnsigned(dir) => {
                 // As a final delivery would: the envelope sender in front.
-                let mut file = match smtp_envelope.from() {
+                let mut file = match prepared.envelope.from() {
                     Some(from) => format!("Return-Path: <{from}>\r\n").into_bytes(),
                     None => Vec::new(),
                 };
-                file.extend_from_slice(&bytes);
-                write_file(dir, envelope.email_id, &file)
+                file.extend_from_slice(&prepared.bytes);
+                write_file(dir, email_id, &file)
             }
-            Transport::Smtp(relay) => relay.handoff(&smtp_envelope, &bytes).await,
+            Transport::Smtp(relay) => relay.handoff(&prepared.envelope, &prepared.bytes).await,
         }
     }
+}
+
+/// A message ready to leave: its signed bytes and its SMTP envelope
+/// ([`Transport::prepare`]).
+#[derive(Debug)]
+pub struct Prepared {
+    bytes: Vec<u8>,
+    envelope: lettre::address::Envelope,
+    /// How long building and signing it took.
+    pub took: std::time::Duration,
 }
 
 /// The SMTP envelope: the message's recipients, and the return path as

@@ -219,10 +219,25 @@ impl MailService {
         tenant_id: i64,
         email: &ValidatedEmail,
     ) -> Result<DkimKey, Error> {
+        Ok(self.check_sender_screened(tenant_id, email, &[]).await?.0)
+    }
+
+    /// [`Self::check_sender`], with those of `recipients` on the tenant's
+    /// suppression list, read with the domain.
+    pub(super) async fn check_sender_screened(
+        &self,
+        tenant_id: i64,
+        email: &ValidatedEmail,
+        recipients: &[String],
+    ) -> Result<(DkimKey, Vec<String>), Error> {
         let name = domain_of(email);
-        match self.store.sending_domain(tenant_id, &name).await? {
-            Some(d) if d.status.may_send(d.verified_at) => Ok(d.key),
-            Some(SendingDomain { id, status, .. }) => Err(Error::DomainNotVerified {
+        match self
+            .store
+            .sending_domain_screened(tenant_id, &name, recipients)
+            .await?
+        {
+            Some((d, listed)) if d.status.may_send(d.verified_at) => Ok((d.key, listed)),
+            Some((SendingDomain { id, status, .. }, _)) => Err(Error::DomainNotVerified {
                 field: "from".into(),
                 domain: name,
                 detail: format!(
@@ -252,20 +267,18 @@ impl MailService {
     }
 
     /// The identity an email leaves with when it can leave as it is: its
-    /// sender has one and none of its recipients is on the suppression
-    /// list. None otherwise, and when the list cannot be read: its handoff
-    /// then screens and marks on its own, and reports what it found.
-    pub(super) async fn cleared_identity(
+    /// sender has one and none of its recipients is on the suppression list
+    /// (`listed`, from [`Self::check_sender_screened`]). None otherwise: its
+    /// handoff then screens and marks on its own, and reports what it found.
+    pub(super) fn cleared_identity(
         &self,
         tenant_id: i64,
-        email: &ValidatedEmail,
         sender: &DkimKey,
+        listed: &[String],
     ) -> Option<SendingIdentity> {
-        let identity = self.sending_identity(tenant_id, sender).ok()?;
-        let addresses = super::suppressions::recipients(email);
-        match self.store.suppressed_among(tenant_id, &addresses).await {
-            Ok(listed) if listed.is_empty() => Some(identity),
-            _ => None,
+        match listed.is_empty() {
+            true => self.sending_identity(tenant_id, sender).ok(),
+            false => None,
         }
     }
 

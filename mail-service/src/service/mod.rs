@@ -14,6 +14,7 @@ mod dns;
 mod domain_check;
 mod domains;
 mod feedback;
+mod handoff;
 mod health;
 mod logs;
 mod metrics;

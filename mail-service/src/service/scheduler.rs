@@ -28,7 +28,8 @@ use crate::store::ClaimedEmail;
 use crate::transport::Handoff;
 
 use super::MailService;
-use super::send::{NotBegun, Parcel, update};
+use super::handoff::{NotBegun, Parcel};
+use super::send::update;
 
 /// Shortest wait before looking again while due emails are held by another
 /// node's claim.
@@ -127,7 +128,7 @@ impl MailService {
                 id: email.id,
                 message_id: &email.message_id,
                 key: None,
-                marked: None,
+                prepared: None,
             })
             .await;
         Ok(match handoff {

@@ -7,13 +7,11 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::model::{self, EmailStatus, KeyState, StoredEmail, ValidatedEmail};
-use crate::store::{
-    DkimKey, EmailUpdate, KeyRecord, KeyRef, NewEmail, Reservation, Reserved, ScreenedStart,
-};
+use crate::store::{DkimKey, EmailUpdate, KeyRecord, KeyRef, NewEmail, Reservation, Reserved};
 use crate::transport::{self, Handoff};
 
-use super::domains::SendingIdentity;
-use super::suppressions::{self, Screened};
+use super::handoff::{NotBegun, Parcel, handoff_outcome};
+use super::suppressions;
 use super::{Caller, MailService};
 
 /// The scope of a key: tenant + method + path.
@@ -99,45 +97,6 @@ pub fn body_hash(body: &Value) -> String {
     hex::encode(Sha256::digest(body.to_string().as_bytes()))
 }
 
-/// One email to hand off, with what its handoff needs.
-pub(super) struct Parcel<'a> {
-    pub tenant_id: i64,
-    pub email: &'a ValidatedEmail,
-    pub sender: &'a DkimKey,
-    pub id: i64,
-    pub message_id: &'a str,
-    /// The key that reserved it, whose lease each begun handoff renews.
-    pub key: Option<&'a KeyRef>,
-    /// Set when the email was stored with its handoff marked as begun (its
-    /// recipients screened clear before): it goes to the transport with
-    /// this identity as it is.
-    pub marked: Option<&'a SendingIdentity>,
-}
-
-/// A handoff that never began: nothing was offered to the transport.
-#[derive(Debug)]
-pub(super) struct NotBegun {
-    pub detail: String,
-    /// Storage failed before the handoff could begin: worth another try
-    /// (the scheduler leaves such an email claimed; the sweeper hands the
-    /// claim back once its lease runs out).
-    pub transient: bool,
-}
-
-impl NotBegun {
-    fn storage(what: &str, e: Error) -> NotBegun {
-        NotBegun {
-            transient: matches!(e, Error::Unavailable { .. }),
-            detail: format!("not sent: {what} ({e})"),
-        }
-    }
-
-    /// What an immediate send answers: not sent, and not retried.
-    pub(super) fn rejected(self) -> Handoff {
-        Handoff::Rejected(self.detail)
-    }
-}
-
 /// How the handoff of one email ended, as stored.
 pub(super) fn update(id: i64, status: EmailStatus, detail: Option<String>) -> EmailUpdate {
     EmailUpdate { id, status, detail }
@@ -164,8 +123,13 @@ impl MailService {
         body: &Value,
     ) -> Result<Sent, Error> {
         let email = model::validate_email(body)?;
-        let sender = self
-            .check_sender(caller.principal.tenant_id, &email)
+        // One that leaves now is screened with its sender's read.
+        let recipients = match email.scheduled_at {
+            None => suppressions::recipients(&email),
+            Some(_) => Vec::new(),
+        };
+        let (sender, listed) = self
+            .check_sender_screened(caller.principal.tenant_id, &email, &recipients)
             .await?;
         let now = self.clock.now_ms();
         if let Some(at) = email.scheduled_at {
@@ -184,21 +148,27 @@ impl MailService {
         // One that leaves now with every recipient clear is stored with its
         // handoff marked as begun: one unit of the writer, not two.
         let cleared = match &scheduled {
-            None => {
-                self.cleared_identity(caller.principal.tenant_id, &email, &sender)
-                    .await
-            }
+            None => self.cleared_identity(caller.principal.tenant_id, &sender, &listed),
             Some(_) => None,
         };
-        if let Some(replay) = self
-            .reserve(
-                reservation.as_ref(),
-                std::slice::from_ref(&new),
-                answered.as_deref(),
-                cleared.is_some(),
-            )
-            .await?
-        {
+        let reserving = self.reserve(
+            reservation.as_ref(),
+            std::slice::from_ref(&new),
+            answered.as_deref(),
+            cleared.is_some(),
+        );
+        // Its message is built and signed while the writer stores it: the
+        // signature (most of a send's CPU) runs beside the write instead of
+        // after it. A replayed key wastes that one signature.
+        let (reserved, prepared) = match &cleared {
+            Some(identity) => {
+                let preparing = self.prepare(&email, id, &new.message_id, identity);
+                let (reserved, prepared) = tokio::join!(reserving, preparing);
+                (reserved, Some(prepared))
+            }
+            None => (reserving.await, None),
+        };
+        if let Some(replay) = reserved? {
             return match replay {
                 Outcome::Sent(sent) => Ok(sent),
                 other => Err(replayed_error(other)),
@@ -218,7 +188,7 @@ impl MailService {
                 id,
                 message_id: &new.message_id,
                 key: key_ref.as_ref(),
-                marked: cleared.as_ref(),
+                prepared,
             })
             .await
             .unwrap_or_else(NotBegun::rejected);
@@ -381,7 +351,7 @@ impl MailService {
                     id: new.id,
                     message_id: &new.message_id,
                     key: key_ref.as_ref(),
-                    marked: None,
+                    prepared: None,
                 })
                 .await
                 .unwrap_or_else(NotBegun::rejected);
@@ -554,169 +524,6 @@ impl MailService {
             }
         }
         Err(Error::IdempotencyInFlight)
-    }
-
-    /// [`Self::screen_and_hand_off`], timed and counted in the handoff
-    /// latency histogram by outcome (one that never began counts as
-    /// `failed`), and logged (one `handoff` line, in the span of the
-    /// request or of the scheduled handoff, which carries the accepting
-    /// request's id).
-    pub(super) async fn hand_off(&self, parcel: Parcel<'_>) -> Result<Handoff, NotBegun> {
-        let started = std::time::Instant::now();
-        let id = parcel.id;
-        let handoff = self.screen_and_hand_off(parcel).await;
-        let outcome = match &handoff {
-            Ok(handoff) => handoff_outcome(handoff),
-            Err(_) => "failed",
-        };
-        let elapsed = started.elapsed();
-        metrics::histogram!(crate::metrics::HANDOFF_DURATION, "outcome" => outcome)
-            .record(elapsed.as_secs_f64());
-        tracing::info!(
-            email_id = id,
-            outcome,
-            elapsed_ms = elapsed.as_millis() as u64,
-            "handoff"
-        );
-        handoff
-    }
-
-    /// Screens the recipients against the tenant's suppression list, marks
-    /// the handoff as begun, then hands the email with the remaining
-    /// recipients to the transport. The recipients removed are recorded on
-    /// the email first; when none remain nothing is handed off. A list that
-    /// cannot be read, a removal or a mark that cannot be recorded stops
-    /// the handoff before it begins (`NotBegun`): the durable mark is what
-    /// tells the sweeper, after a crash, that the relay may have seen it.
-    /// When the email can leave as it is (its sender has an identity), the
-    /// screen and the mark are one store call, which marks only when no
-    /// recipient is on the list (`Store::begin_handoff_if_clear`).
-    async fn screen_and_hand_off(&self, parcel: Parcel<'_>) -> Result<Handoff, NotBegun> {
-        let Parcel {
-            tenant_id,
-            email,
-            sender,
-            id,
-            message_id,
-            key,
-            marked,
-        } = parcel;
-        if let Some(identity) = marked {
-            return self.transfer(email, id, message_id, identity, true).await;
-        }
-        let unlisted = |e: Error| NotBegun::storage("the suppression list could not be checked", e);
-        let identity = self.sending_identity(tenant_id, sender);
-        let addresses = suppressions::recipients(email);
-        let now = self.clock.now_ms();
-        let lease_until = now + self.lease_ms();
-        let marked = |e| {
-            NotBegun::storage(
-                "its recipients could not be screened and its handoff marked as begun",
-                e,
-            )
-        };
-        let (suppressed, identity) = match identity {
-            Ok(identity) => match self
-                .store
-                .begin_handoff_if_clear(tenant_id, &addresses, (id, key), now, lease_until)
-                .await
-                .map_err(marked)?
-            {
-                ScreenedStart::Began(began) => {
-                    return self.transfer(email, id, message_id, &identity, began).await;
-                }
-                ScreenedStart::Suppressed(keys) => (keys, Ok(identity)),
-            },
-            Err(detail) => (
-                self.store
-                    .suppressed_among(tenant_id, &addresses)
-                    .await
-                    .map_err(unlisted)?,
-                Err(detail),
-            ),
-        };
-        let remaining = match suppressions::screened(email, &addresses, &suppressed) {
-            Screened::Clear => None,
-            Screened::Some(remaining, dropped) => {
-                self.store
-                    .record_suppressed_recipients(id, &dropped)
-                    .await
-                    .map_err(unlisted)?;
-                Some(remaining)
-            }
-            Screened::All(dropped) => {
-                self.store
-                    .record_suppressed_recipients(id, &dropped)
-                    .await
-                    .map_err(unlisted)?;
-                return Ok(Handoff::Suppressed(format!(
-                    "not sent: every recipient is on the suppression list ({})",
-                    dropped.join(", ")
-                )));
-            }
-        };
-        let email = remaining.as_deref().unwrap_or(email);
-        let identity = match identity {
-            Ok(d) => d,
-            Err(detail) => return Ok(Handoff::Rejected(format!("not sent: {detail}"))),
-        };
-        let now = self.clock.now_ms();
-        let began = self
-            .store
-            .begin_handoff(id, key, now, now + self.lease_ms())
-            .await
-            .map_err(|e| NotBegun::storage("its handoff could not be marked as begun", e))?;
-        self.transfer(email, id, message_id, &identity, began).await
-    }
-
-    /// Hands a screened email whose handoff was marked (`began`) to the
-    /// transport, within the handoff lease.
-    async fn transfer(
-        &self,
-        email: &ValidatedEmail,
-        id: i64,
-        message_id: &str,
-        identity: &SendingIdentity,
-        began: bool,
-    ) -> Result<Handoff, NotBegun> {
-        if !began {
-            return Err(NotBegun {
-                detail: "not sent: its lease ran out before the handoff began, and it was settled"
-                    .into(),
-                transient: false,
-            });
-        }
-        let return_path = self.verp.return_path(id, &identity.return_path_domain);
-        let envelope = transport::Envelope {
-            email_id: id,
-            message_id,
-            dkim: &identity.signing,
-            return_path: &return_path,
-        };
-        Ok(
-            match tokio::time::timeout(
-                self.settings.handoff_lease,
-                self.transport.handoff(email, &envelope),
-            )
-            .await
-            {
-                Ok(result) => result,
-                Err(_) => Handoff::Unknown(format!(
-                    "the handoff did not finish within {:?}",
-                    self.settings.handoff_lease
-                )),
-            },
-        )
-    }
-}
-
-/// The status a handoff leaves its email in, as a metric label.
-fn handoff_outcome(handoff: &Handoff) -> &'static str {
-    match handoff {
-        Handoff::Accepted => "sent",
-        Handoff::Suppressed(_) => "suppressed",
-        Handoff::Rejected(_) => "failed",
-        Handoff::Unknown(_) => "unknown",
     }
 }
 
