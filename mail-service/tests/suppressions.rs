@@ -634,7 +634,50 @@ async fn the_handoff_is_marked_only_when_no_recipient_is_listed(b: Backend) {
     assert_eq!(state("lease").await, now + 90_000);
 }
 
+/// An immediate send reads the list with its sender's domain, in one
+/// statement on PostgreSQL, before it stores anything: a list that cannot be
+/// read refuses the request and leaves nothing behind, and the same keyed
+/// request sends once the list is back.
+async fn an_unreadable_list_refuses_a_send_before_anything_is_stored(b: Backend) {
+    let app = TestApp::start(b).await;
+    suppress(&app, "gone@example.test").await.expect(200, "");
+    let tenant = app
+        .db
+        .count("SELECT tenant_id FROM domains WHERE name = 'acme.test'")
+        .await;
+    let recipients = ["ada@example.test".to_string(), "GONE@example.test".into()];
+    let (domain, listed) = app
+        .store
+        .sending_domain_screened(tenant, "acme.test", &recipients)
+        .await
+        .unwrap()
+        .expect("the domain");
+    assert_eq!(
+        (domain.key.name.as_str(), listed),
+        ("acme.test", vec!["gone@example.test".to_string()])
+    );
+
+    app.db
+        .execute("ALTER TABLE suppressions RENAME TO suppressions_away")
+        .await;
+    let refused = app.send_with_key("unreadable", &email()).await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    for table in ["emails", "idempotency_keys"] {
+        let rows = app.db.count(&format!("SELECT count(*) FROM {table}")).await;
+        assert_eq!(rows, 0, "{table}");
+    }
+    assert_eq!(app.outbox_count(), 0);
+
+    app.db
+        .execute("ALTER TABLE suppressions_away RENAME TO suppressions")
+        .await;
+    let sent = app.send_with_key("unreadable", &email()).await;
+    sent.expect(200, "");
+    assert_eq!(app.outbox_count(), 1);
+}
+
 on_both_backends!(
+    an_unreadable_list_refuses_a_send_before_anything_is_stored,
     the_handoff_is_marked_only_when_no_recipient_is_listed,
     case_variants_are_refused_at_every_handoff,
     batch_routes_add_and_remove,
