@@ -1,8 +1,10 @@
-//! The handoff to the upstream provider. `handoff` returns one of three
-//! outcomes and never retries: `Accepted` (the provider answered 2xx to the
-//! message), `Rejected` (definitely not accepted: unreachable, or a 4xx/5xx
-//! reply at any step), `Unknown` (the message data was written but no reply
-//! came: connection lost or timeout — the provider may have accepted it).
+//! The handoff to the upstream provider, in two halves: `prepare` builds,
+//! signs and addresses the message (or refuses it, `Rejected`), `deliver`
+//! offers it and returns one of three outcomes, never retrying: `Accepted`
+//! (the provider answered 2xx to the message), `Rejected` (definitely not
+//! accepted: unreachable, or a 4xx/5xx reply at any step), `Unknown` (the
+//! message data was written but no reply came: connection lost or timeout —
+//! the provider may have accepted it).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -179,17 +181,10 @@ impl Transport {
         }
     }
 
-    pub async fn handoff(&self, email: &ValidatedEmail, envelope: &Envelope<'_>) -> Handoff {
-        match self.prepare(email, envelope).await {
-            Ok(prepared) => self.deliver(envelope.email_id, &prepared).await,
-            Err(refused) => refused,
-        }
-    }
-
     /// The first half of a handoff: the message built, signed and
     /// addressed, nothing offered to anyone yet (so it can run beside the
     /// write that reserves the email). A message that cannot be built or
-    /// signed is refused here, as `handoff` refuses it.
+    /// signed is refused here (`Rejected`).
     pub async fn prepare(
         &self,
         email: &ValidatedEmail,
