@@ -262,7 +262,19 @@ impl Web {
         scopes: &[&str],
         confidential: bool,
     ) -> Grant {
-        let (client_id, client_secret) = self.public_client("Test assistant", confidential);
+        let client = self.public_client("Test assistant", confidential);
+        self.consent_again(person_token, client, projects, scopes)
+    }
+
+    /// The flow for a client already registered (`client`: its id and
+    /// secret), as when a person approves it once more.
+    pub fn consent_again(
+        &self,
+        person_token: &str,
+        (client_id, client_secret): (String, Option<String>),
+        projects: &[&str],
+        scopes: &[&str],
+    ) -> Grant {
         let pkce = pkce();
         let authorize = authorize_path(&client_id, &pkce.challenge, Some("S256"), "st-1");
         let (cookie, next) = self.sign_in(person_token, Some(&authorize));

@@ -173,7 +173,9 @@ impl State {
 
     /// Records a person's consent (their connected app for the client,
     /// whose projects and scopes the consent replaces) and its one-time
-    /// code. Answers the app's id.
+    /// code. The app's earlier codes and tokens end: a consent bounds every
+    /// token of the client, so approving it again narrower narrows it at
+    /// once. Answers the app's id.
     pub fn consent(&self, consent: &Consent<'_>) -> Result<String> {
         self.write(|tx| {
             let now = now_secs();
@@ -195,6 +197,7 @@ impl State {
                 ],
                 |r| r.get(0),
             )?;
+            end_authorizations(tx, &app_id)?;
             tx.execute("DELETE FROM oauth_app_projects WHERE app_id = ?1", [&app_id])?;
             for project in consent.projects {
                 tx.execute(
@@ -399,16 +402,7 @@ impl State {
                 return Ok(false);
             }
             tx.execute("DELETE FROM oauth_app_projects WHERE app_id = ?1", [app_id])?;
-            tx.execute("DELETE FROM oauth_codes WHERE app_id = ?1", [app_id])?;
-            tx.execute(
-                "DELETE FROM oauth_refresh_tokens WHERE app_id = ?1",
-                [app_id],
-            )?;
-            tx.execute(
-                "DELETE FROM token_projects WHERE token_hash IN (SELECT token_hash FROM tokens WHERE app_id = ?1)",
-                [app_id],
-            )?;
-            tx.execute("DELETE FROM tokens WHERE app_id = ?1", [app_id])?;
+            end_authorizations(tx, app_id)?;
             Ok(true)
         })
     }
@@ -426,6 +420,23 @@ impl State {
             )
         })
     }
+}
+
+/// Every code, access and refresh token the app was issued. A new consent
+/// ends them (the client's new code carries what the person approved now,
+/// so no older token can hold more), and so does a disconnect.
+fn end_authorizations(tx: &Transaction<'_>, app_id: &str) -> Result<()> {
+    tx.execute("DELETE FROM oauth_codes WHERE app_id = ?1", [app_id])?;
+    tx.execute(
+        "DELETE FROM oauth_refresh_tokens WHERE app_id = ?1",
+        [app_id],
+    )?;
+    tx.execute(
+        "DELETE FROM token_projects WHERE token_hash IN (SELECT token_hash FROM tokens WHERE app_id = ?1)",
+        [app_id],
+    )?;
+    tx.execute("DELETE FROM tokens WHERE app_id = ?1", [app_id])?;
+    Ok(())
 }
 
 /// Every access and refresh token of one authorization.
