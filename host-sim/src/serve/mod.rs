@@ -24,6 +24,7 @@ mod ingress;
 mod mcp;
 pub mod metrics;
 mod oauth;
+mod unread_body;
 
 pub use oauth::{MetadataFetch, OAuthOptions};
 
@@ -118,6 +119,7 @@ pub fn router(host: Arc<Host>, options: ServeOptions) -> Router {
         })
         .layer(axum::middleware::from_fn(log_request))
         .layer(axum::middleware::from_fn_with_state(shared, ingress::route))
+        .layer(axum::middleware::from_fn(unread_body::close_if_unread))
 }
 
 /// One `request` line (at info) per answered request: its request id
