@@ -148,6 +148,72 @@ fn activate_needs_the_script_served_and_remove_needs_it_gone_from_the_edge() {
         "{refused}"
     );
 
+    // The stopped removal stays out of the routing: the plan wants nothing
+    // back, and an apply (made for any other reason) routes nothing.
+    let plan = host.tracking_plan().unwrap();
+    assert!(plan.desired.is_empty(), "{}", plan.render());
+    host.apply_tracking_plan(true, None).unwrap();
+    assert!(host.tracking_routes().unwrap().is_empty());
+
+    // "Cannot tell" is not "gone". The certificate does not verify (a
+    // private CA without --roots): the edge still answers the script to a
+    // visitor who clicks through, so remove stops.
+    let without_roots = TlsOptions {
+        roots: None,
+        ..edge_options.clone()
+    };
+    match host.remove_tracking_domain(
+        "p1",
+        HOSTNAME,
+        &EdgeRemoval::Check(without_roots),
+        &mut |_| {},
+    ) {
+        Err(HostError::Tracking(TrackingError::StillServed { reason, .. })) => assert!(
+            reason.contains("still answers 200") && reason.contains("does not verify"),
+            "{reason}"
+        ),
+        other => panic!("removed past an unverified certificate: {other:?}"),
+    }
+    // The name no longer resolves (the customer deleted the CNAME first):
+    // the edge cannot be asked, so remove stops and says what to do.
+    let by_name = TlsOptions {
+        address: None,
+        ..edge_options.clone()
+    };
+    match host.remove_tracking_domain("p1", HOSTNAME, &EdgeRemoval::Check(by_name), &mut |_| {}) {
+        Err(HostError::Tracking(error @ TrackingError::EdgeUnknown { .. })) => {
+            let text = error.to_string();
+            assert!(
+                text.contains("does not resolve")
+                    && text.contains("--address")
+                    && text.contains("--removed-from-edge"),
+                "{text}"
+            );
+        }
+        other => panic!("removed a name it could not ask about: {other:?}"),
+    }
+    assert_eq!(step(&host), Some(Step::Verified), "nothing forgotten");
+
+    // `keep` undoes the stopped removal: the domain is desired again.
+    host.keep_tracking_domain("p1", HOSTNAME).unwrap();
+    let plan = host.tracking_plan().unwrap();
+    assert_eq!(plan.desired.len(), 1, "{}", plan.render());
+    assert!(matches!(
+        host.keep_tracking_domain("p1", HOSTNAME),
+        Err(HostError::Tracking(TrackingError::NotBeingRemoved { .. }))
+    ));
+    // And the removal starts again, out of the routing once more.
+    match host.remove_tracking_domain(
+        "p1",
+        HOSTNAME,
+        &EdgeRemoval::Check(edge_options.clone()),
+        &mut |_| {},
+    ) {
+        Err(HostError::Tracking(TrackingError::StillServed { .. })) => {}
+        other => panic!("removed while the edge serves it: {other:?}"),
+    }
+    assert!(host.tracking_plan().unwrap().desired.is_empty());
+
     // The export of the empty routing is a valid configuration that still
     // listens (nginx -t in reload) and answers nobody.
     let empty = export(&host);
@@ -174,7 +240,13 @@ fn activate_needs_the_script_served_and_remove_needs_it_gone_from_the_edge() {
         )
         .unwrap()
     );
-    assert_eq!(undone, ["edge: no longer serves it", "domain forgotten"]);
+    assert_eq!(undone.len(), 2, "{undone:?}");
+    assert!(
+        undone[0].starts_with("edge: no longer serves it")
+            && undone[0].contains("refuses the TLS handshake"),
+        "{undone:?}"
+    );
+    assert_eq!(undone[1], "domain forgotten");
     assert_eq!(step(&host), None);
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),

@@ -134,7 +134,10 @@ pub(crate) enum TrackingCommand {
     /// must no longer serve it: `https://HOSTNAME/script.js` is asked
     /// (like `activate`) and while it still answers the provider's script
     /// remove stops (exit 3) with the domain unrouted at `verified`:
-    /// re-export and reload the edge, then run remove again.
+    /// re-export and reload the edge, then run remove again. When the edge
+    /// cannot be asked (the name does not resolve, no connection) it stops
+    /// too: nothing is forgotten on a guess. From its first step the domain
+    /// is out of the desired routing, so no `apply` routes it again.
     Remove {
         #[command(flatten)]
         domain: DomainArgs,
@@ -143,6 +146,12 @@ pub(crate) enum TrackingCommand {
         /// Skip the edge check: you removed HOSTNAME from the edge yourself.
         #[arg(long)]
         removed_from_edge: bool,
+    },
+    /// Undo a removal that stopped: the domain is desired again, and the
+    /// next `apply` routes it.
+    Keep {
+        #[command(flatten)]
+        domain: DomainArgs,
     },
     /// For cron: check the certificate each routed tracking hostname
     /// serves; warn (exit 10) when one expires within --warn-days or
@@ -509,6 +518,15 @@ pub(crate) fn run(host: &Host, command: TrackingCommand) -> Result<ExitCode, Cli
                 ),
             };
             print!("{text}");
+        }
+        TrackingCommand::Keep {
+            domain: DomainArgs { project, hostname },
+        } => {
+            host.keep_tracking_domain(&project, &hostname)?;
+            eprintln!(
+                "✓ {hostname} is kept: it is in the desired routing again (`tracking-domain plan`, then `apply`)"
+            );
+            print_json(&json!({ "project": project, "hostname": hostname, "kept": true }));
         }
         TrackingCommand::Remove {
             domain: DomainArgs { project, hostname },

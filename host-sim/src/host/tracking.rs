@@ -8,7 +8,7 @@ use super::{Host, HostError};
 use crate::state::{StateError, Step, TrackingDomain, TrackingRoute, TrackingSettings};
 use crate::tracking::challenge::{KEY_LEN, challenge_name, challenge_value};
 use crate::tracking::dns::{self, DnsOptions, DnsReport, ResolverError};
-use crate::tracking::edge::{self, Probe};
+use crate::tracking::edge::{self, EdgeAnswer, Probe};
 use crate::tracking::hostname::{self, HostnameError};
 use crate::tracking::ingress::Plan;
 use crate::tracking::tls::{self, TlsCheck, TlsOptions, TlsSetupError, TlsTimeout};
@@ -50,6 +50,12 @@ pub enum TrackingError {
         "{hostname} is no longer routed here, but the edge still serves it ({reason}); re-export (`tracking-domain export nginx`) and reload the edge, then run remove again, or pass --removed-from-edge if you removed it from the edge yourself"
     )]
     StillServed { hostname: String, reason: String },
+    #[error(
+        "cannot tell whether the edge still serves {hostname} ({reason}); nothing was forgotten and the domain stays out of the routing. Ask the edge directly (--address IP:PORT, --roots PEM for a private CA) and run remove again, or pass --removed-from-edge if you removed it from the edge yourself"
+    )]
+    EdgeUnknown { hostname: String, reason: String },
+    #[error("{hostname} of project {project} is not being removed; nothing to keep")]
+    NotBeingRemoved { project: String, hostname: String },
 }
 
 /// The certificate a routed tracking hostname serves, as last looked at.
@@ -258,6 +264,11 @@ impl Host {
             Err(other) => return Err(other.into()),
         };
         let mut step = domain.step;
+        if step >= Step::Verified && domain.removal_started_at.is_none() {
+            // Out of the desired routing from here on, so that no `apply`
+            // routes it again while the removal is unfinished.
+            self.state.start_tracking_removal(project, &hostname)?;
+        }
         if step == Step::Active {
             self.state.deactivate_tracking_domain(project, &hostname)?;
             undone("activation undone: tracking_origin cleared");
@@ -276,18 +287,42 @@ impl Host {
                     undone("edge: removal confirmed by the operator");
                 }
                 EdgeRemoval::Check(options) => {
-                    if let Some(reason) = edge::still_served(&hostname, origin.as_deref(), options)
+                    match edge::removal_check(&hostname, origin.as_deref(), options)
                         .map_err(TrackingError::from)?
                     {
-                        return Err(TrackingError::StillServed { hostname, reason }.into());
+                        EdgeAnswer::Stopped(how) => {
+                            undone(&format!("edge: no longer serves it ({how})"))
+                        }
+                        EdgeAnswer::StillServed(reason) => {
+                            return Err(TrackingError::StillServed { hostname, reason }.into());
+                        }
+                        EdgeAnswer::CannotTell(reason) => {
+                            return Err(TrackingError::EdgeUnknown { hostname, reason }.into());
+                        }
                     }
-                    undone("edge: no longer serves it");
                 }
             }
         }
         let removed = self.state.delete_tracking_domain(project, &hostname)?;
         undone("domain forgotten");
         Ok(removed)
+    }
+
+    /// `keep`: undoes a removal that stopped (the edge still served the
+    /// name, or could not be asked); the domain is desired again and the
+    /// next `apply` routes it.
+    pub fn keep_tracking_domain(&self, project: &str, hostname: &str) -> Result<(), HostError> {
+        check_project(project)?;
+        let hostname = hostname::normalize(hostname).map_err(TrackingError::from)?;
+        if self.state.keep_tracking_domain(project, &hostname)? {
+            Ok(())
+        } else {
+            Err(TrackingError::NotBeingRemoved {
+                project: project.to_string(),
+                hostname,
+            }
+            .into())
+        }
     }
 
     /// The origin of `project`'s `provider` binding, if it has one.
@@ -307,7 +342,7 @@ impl Host {
         self.state
             .tracking_domains(None)?
             .into_iter()
-            .filter(|domain| domain.step >= Step::Verified)
+            .filter(|domain| domain.step >= Step::Verified && domain.removal_started_at.is_none())
             .map(|domain| {
                 let origin = bindings
                     .iter()

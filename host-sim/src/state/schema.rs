@@ -204,6 +204,13 @@ CREATE TABLE oauth_refresh_tokens (
 );
 CREATE INDEX oauth_refresh_by_family ON oauth_refresh_tokens (family_id);
 "#,
+    // A removal in progress: `remove` marks the domain first, so that no
+    // later `apply` routes it again while the edge is still being asked
+    // (it stays out of the desired routing until the removal finishes or
+    // `tracking-domain keep` undoes it).
+    r#"
+ALTER TABLE tracking_domains ADD COLUMN removal_started_at INTEGER;
+"#,
 ];
 
 /// The schema version a database must have for this host.

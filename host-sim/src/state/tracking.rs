@@ -42,6 +42,10 @@ pub struct TrackingDomain {
     pub checked_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// When `remove` began on it, while that removal is unfinished: the
+    /// domain is out of the desired routing until it finishes or `keep`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removal_started_at: Option<i64>,
 }
 
 /// One applied route: requests for `hostname` go to the provider origin
@@ -69,7 +73,7 @@ fn read_routes(conn: &Connection) -> Result<Vec<TrackingRoute>> {
     Ok(routes)
 }
 
-const DOMAIN_COLUMNS: &str = "hostname, project_id, step, challenge, ingress_target, dns_report, checked_at, created_at, updated_at";
+const DOMAIN_COLUMNS: &str = "hostname, project_id, step, challenge, ingress_target, dns_report, checked_at, created_at, updated_at, removal_started_at";
 
 fn domain_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(TrackingDomain, String)> {
     let report: Option<String> = row.get(5)?;
@@ -84,6 +88,7 @@ fn domain_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(TrackingDomain, Stri
             checked_at: row.get(6)?,
             created_at: row.get(7)?,
             updated_at: row.get(8)?,
+            removal_started_at: row.get(9)?,
         },
         row.get(2)?,
     ))
@@ -298,6 +303,38 @@ impl State {
         to: Step,
     ) -> Result<()> {
         self.write(|tx| advance(tx, project, hostname, from, to))
+    }
+
+    /// `remove`'s first write: the domain is being removed, and from now
+    /// on out of the desired routing (idempotent: a resumed removal keeps
+    /// its first time).
+    pub fn start_tracking_removal(&self, project: &str, hostname: &str) -> Result<()> {
+        self.write(|tx| {
+            project_domain(tx, project, hostname)?;
+            tx.execute(
+                "UPDATE tracking_domains SET removal_started_at = coalesce(removal_started_at, ?2)
+                  WHERE hostname = ?1",
+                params![hostname, now_secs()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// `keep`: undoes a stopped removal; the domain is desired again (the
+    /// next `apply` routes it). Answers whether a removal was under way.
+    pub fn keep_tracking_domain(&self, project: &str, hostname: &str) -> Result<bool> {
+        self.write(|tx| {
+            let domain = project_domain(tx, project, hostname)?;
+            if domain.removal_started_at.is_none() {
+                return Ok(false);
+            }
+            tx.execute(
+                "UPDATE tracking_domains SET removal_started_at = NULL, updated_at = ?2
+                  WHERE hostname = ?1",
+                params![hostname, now_secs()],
+            )?;
+            Ok(true)
+        })
     }
 
     /// Removes a domain that is at `added` or `verified` (nothing routed or

@@ -3,8 +3,8 @@
 //! (the ones `wait-tls` uses): `GET https://HOST/script.js` must answer the
 //! provider's script, byte for byte as the provider origin serves it, and
 //! the CORS preflight `OPTIONS https://HOST/api/send` must allow the
-//! tracker's `POST`. `activate` needs [`probe`] to hold; `remove` needs it
-//! to fail ([`still_served`]).
+//! tracker's `POST`. `activate` needs [`probe`] to hold; `remove` needs the
+//! edge to answer that it no longer serves the name ([`removal_check`]).
 
 use std::time::Duration;
 
@@ -91,36 +91,120 @@ pub fn probe(
     })
 }
 
-/// Whether the edge still serves the provider's script for `hostname`
-/// (`None`: it does not; `Some`: what it still answered). The script is
-/// compared with the provider's; when the provider cannot be asked, any
-/// success counts as served.
-pub fn still_served(
+/// The edge's answer to `remove`'s question: does it still serve the
+/// hostname? Only an answer counts as "no longer": "cannot tell" is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EdgeAnswer {
+    /// It no longer serves it: what it answered instead.
+    Stopped(String),
+    /// It still answers the provider's script: what it answered.
+    StillServed(String),
+    /// It could not be asked (the name does not resolve, no connection, no
+    /// answer): why. `remove` refuses rather than forget the domain.
+    CannotTell(String),
+}
+
+/// Whether the edge still serves the provider's script for `hostname`.
+/// The script is compared with the provider's; when the provider cannot be
+/// asked, any success counts as served. A certificate that does not verify
+/// (expired, another name, a private CA without `--roots`) does not make
+/// the name unserved (a visitor can click through the warning, and the
+/// tracker's requests would still go through), so the edge is asked again
+/// without verifying it. A handshake the edge refuses (nginx's
+/// `ssl_reject_handshake` for a name it does not serve) is an answer.
+pub fn removal_check(
     hostname: &str,
     provider_origin: Option<&str>,
     options: &TlsOptions,
-) -> Result<Option<String>, TlsSetupError> {
+) -> Result<EdgeAnswer, TlsSetupError> {
     let clients = clients(hostname, options)?;
+    let unverified = unverified_edge(hostname, options)?;
     block_on(async {
+        if options.address.is_none() {
+            if let Err(e) = tokio::net::lookup_host((hostname, options.port)).await {
+                return EdgeAnswer::CannotTell(format!("{hostname} does not resolve: {e}"));
+            }
+        }
         let expected = match provider_origin {
             Some(origin) => provider_script(&clients, origin).await.ok(),
             None => None,
         };
         let url = format!("{}/script.js", clients.base);
-        let answer = match edge_get(&clients, &url).await {
-            Ok(answer) => answer,
-            Err(_) => return None,
+        let host = host_value(&clients.hostname);
+        let error = match clients
+            .edge
+            .get(&url)
+            .header(header::HOST, host.clone())
+            .send()
+            .await
+        {
+            Ok(answer) => return judge(&clients.hostname, answer, expected.as_deref(), "").await,
+            Err(error) => error,
         };
-        let status = answer.status();
-        let body = answer.bytes().await.unwrap_or_default();
-        let served = status.is_success() && expected.is_none_or(|e| e == body);
-        served.then(|| {
-            format!(
-                "https://{}/script.js still answers {status} with the provider's script",
-                clients.hostname
-            )
-        })
+        match rustls_error(&error) {
+            Some(rustls::Error::AlertReceived(alert)) => EdgeAnswer::Stopped(format!(
+                "the edge refuses the TLS handshake for {hostname} ({alert:?})"
+            )),
+            Some(tls @ rustls::Error::InvalidCertificate(_)) => {
+                let note = format!(" although its certificate does not verify ({tls})");
+                match unverified.get(&url).header(header::HOST, host).send().await {
+                    Ok(answer) => {
+                        judge(&clients.hostname, answer, expected.as_deref(), &note).await
+                    }
+                    Err(error) => EdgeAnswer::CannotTell(describe(hostname, &error)),
+                }
+            }
+            _ => EdgeAnswer::CannotTell(describe(hostname, &error)),
+        }
     })
+}
+
+/// An edge client that accepts any certificate: for `remove` only, to see
+/// what a visitor clicking through a certificate warning would get.
+fn unverified_edge(hostname: &str, options: &TlsOptions) -> Result<reqwest::Client, TlsSetupError> {
+    let mut builder = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(options.attempt_timeout.max(Duration::from_secs(1)));
+    if let Some(address) = options.address {
+        builder = builder.resolve(hostname, address);
+    }
+    builder
+        .build()
+        .map_err(|e| TlsSetupError::Config(e.to_string()))
+}
+
+/// What an answer from the edge says about the hostname.
+async fn judge(
+    hostname: &str,
+    answer: reqwest::Response,
+    expected: Option<&[u8]>,
+    note: &str,
+) -> EdgeAnswer {
+    let status = answer.status();
+    let body = match answer.bytes().await {
+        Ok(body) => body,
+        Err(e) => {
+            return EdgeAnswer::CannotTell(format!(
+                "https://{hostname}/script.js broke off: {}",
+                e.without_url()
+            ));
+        }
+    };
+    if status.is_success() && expected.is_none_or(|e| e == body) {
+        EdgeAnswer::StillServed(format!(
+            "https://{hostname}/script.js still answers {status} with the provider's script{note}"
+        ))
+    } else if status.is_success() {
+        EdgeAnswer::Stopped(format!(
+            "https://{hostname}/script.js answers {status} with something else than the provider's script{note}"
+        ))
+    } else {
+        EdgeAnswer::Stopped(format!(
+            "https://{hostname}/script.js answers {status}{note}"
+        ))
+    }
 }
 
 async fn provider_script(clients: &Clients, origin: &str) -> Result<Vec<u8>, String> {
@@ -221,19 +305,8 @@ async fn preflight(clients: &Clients) -> Result<(), String> {
 /// A failed request through the edge in an operator's words (the TLS
 /// reason when there is one).
 fn describe(hostname: &str, error: &reqwest::Error) -> String {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(inner) = source {
-        // An io::Error's source skips the error it wraps: look inside.
-        let wrapped = inner
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .map(|e| e as &(dyn std::error::Error + 'static));
-        for candidate in [Some(inner), wrapped].into_iter().flatten() {
-            if let Some(tls) = candidate.downcast_ref::<rustls::Error>() {
-                return format!("the TLS connection to {hostname} failed: {tls}");
-            }
-        }
-        source = inner.source();
+    if let Some(tls) = rustls_error(error) {
+        return format!("the TLS connection to {hostname} failed: {tls}");
     }
     if error.is_timeout() {
         return format!("https://{hostname} did not answer in time");
@@ -243,3 +316,26 @@ fn describe(hostname: &str, error: &reqwest::Error) -> String {
     }
     format!("https://{hostname} failed: {error}")
 }
+
+/// The TLS error under a failed request, if that is why it failed.
+fn rustls_error(error: &reqwest::Error) -> Option<&rustls::Error> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(inner) = source {
+        // An io::Error's source skips the error it wraps (which may be
+        // another io::Error wrapping the TLS error): look inside, all the
+        // way down.
+        let mut candidate = Some(inner);
+        while let Some(error) = candidate {
+            if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+                return Some(tls);
+            }
+            candidate = error
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|e| e as &(dyn std::error::Error + 'static));
+        }
+        source = inner.source();
+    }
+    None
+}
+
