@@ -378,6 +378,24 @@ fn nginx_with_the_exported_config_forwards_only_the_exact_paths() {
     let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     assert_exact_routing(address, &provider, "nginx");
 
+    // nginx's own answers do not announce its version (server_tokens off).
+    let mut stream = TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET /login HTTP/1.1\r\nHost: {HOSTNAME}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(
+        answer
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case("server: nginx")),
+        "{answer}"
+    );
+    assert!(!answer.contains("nginx/"), "the version shows: {answer}");
+
     // Any other Host: the connection closes without an answer.
     let before = provider.requests().len();
     let provider_host = provider.origin().trim_start_matches("http://").to_string();

@@ -251,7 +251,7 @@ pub fn nginx(routes: &[TrackingRoute], options: &NginxOptions) -> String {
     if options.default_server {
         out.push_str(&format!(
             "\n# Any other host on this listen: the connection is closed unanswered.\n\
-             server {{\n    listen {} default_server;\n",
+             server {{\n    listen {} default_server;\n    server_tokens off;\n",
             options.listen
         ));
         if ssl {
@@ -264,7 +264,7 @@ pub fn nginx(routes: &[TrackingRoute], options: &NginxOptions) -> String {
         let origin = route.provider_origin.trim_end_matches('/');
         let provider_host = origin.split_once("://").map_or(origin, |(_, h)| h);
         out.push_str(&format!(
-            "\n# {host} (project {}) → {origin}\nserver {{\n    listen {};\n    server_name {host};\n",
+            "\n# {host} (project {}) → {origin}\nserver {{\n    listen {};\n    server_name {host};\n    server_tokens off;\n",
             route.project_id, options.listen
         ));
         if ssl {
