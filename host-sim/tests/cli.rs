@@ -486,3 +486,32 @@ fn dev_names_a_malformed_binding() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("`provider` is not NAME=ORIGIN"), "{stderr}");
 }
+
+#[test]
+fn serve_off_loopback_needs_a_public_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_host-sim"))
+        .arg("--state-dir")
+        .arg(dir.path())
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env_remove("HOST_SIM_PUBLIC_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("serve started on 0.0.0.0 without --public-url");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--public-url") && stderr.contains("Host header"),
+        "{stderr}"
+    );
+}

@@ -87,7 +87,8 @@ fn parse_dev_binding(text: &str) -> Result<DevBinding, String> {
 pub(crate) struct OAuthArgs {
     /// The server's public base URL (e.g. https://host.example): the
     /// OAuth issuer, and `<URL>/mcp` the resource its tokens are bound to.
-    /// Unset: http://<Host header> of each request (loopback, development).
+    /// Unset: http://<Host header> of each request, allowed only when
+    /// listening on loopback (development).
     #[arg(long, env = "HOST_SIM_PUBLIC_URL", value_parser = parse_public_url)]
     public_url: Option<String>,
     /// Lifetime of an OAuth access token, e.g. `15m`.
@@ -263,6 +264,15 @@ pub(crate) fn serve(
     options: host_sim::serve::ServeOptions,
     banner: &dyn Fn(&str),
 ) -> ExitCode {
+    if !listen.ip().is_loopback() && options.oauth.public_url.is_none() {
+        eprintln!(
+            "error: --listen {listen} is reachable from other machines, but no --public-url is set: \
+             the OAuth issuer and the audience of its tokens would be taken from each request's \
+             Host header, which a client chooses. Pass the address people use, e.g. \
+             --public-url https://host.example (or HOST_SIM_PUBLIC_URL), or listen on loopback"
+        );
+        return ExitCode::from(exit::USAGE);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
