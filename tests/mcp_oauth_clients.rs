@@ -187,6 +187,9 @@ fn the_python_sdks_oauth_client_connects_lists_tools_calls_stats_and_refreshes()
         .env("HOST_SIM_BASE", &s.served.base_url)
         .env("HOST_SIM_PERSON_TOKEN", &s.person)
         .env("HOST_SIM_PROJECT", "shop")
+        // Later starts of the same client on other loopback ports, each a
+        // whole authorization, tools/list and call on one connection.
+        .env("HOST_SIM_LOOPBACK_RUNS", "20")
         .output()
         .expect("python runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -207,6 +210,7 @@ fn the_python_sdks_oauth_client_connects_lists_tools_calls_stats_and_refreshes()
     );
     assert_eq!(report["refreshed"], true, "{report}");
     assert_eq!(report["scope"], "read write");
+    assert_eq!(report["loopback_runs"], 20, "{report}");
     let log = logged();
     for secret in report["secrets"].as_array().unwrap() {
         let secret = secret.as_str().unwrap();

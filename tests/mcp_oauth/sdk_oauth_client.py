@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import time
 from urllib.parse import parse_qs, urlparse
 
@@ -52,7 +53,8 @@ class Memory(TokenStorage):
 class Person:
     """The browser side: sign in to the console, approve, hand back the redirect."""
 
-    def __init__(self) -> None:
+    def __init__(self, redirect_uri: str = REDIRECT_URI) -> None:
+        self.redirect_uri = redirect_uri
         self.location: str | None = None
         self.authorizations = 0
 
@@ -73,7 +75,8 @@ class Person:
             cookie = {"Cookie": signed.headers["set-cookie"].split(";")[0]}
             consent = await web.get(f"{BASE}{next_path}", headers=cookie)
             assert consent.status_code == 200, consent.text
-            assert "MCP Python SDK test" in consent.text and "127.0.0.1:9" in consent.text
+            shown = urlparse(self.redirect_uri).netloc
+            assert "MCP Python SDK test" in consent.text and shown in consent.text, consent.text
             request = re.search(r'name="request" value="([0-9a-f]+)"', consent.text).group(1)
             decided = await web.post(
                 f"{BASE}/console/authorize",
@@ -89,10 +92,53 @@ class Person:
             self.location = decided.headers["location"]
 
     async def callback(self) -> AuthorizationCodeResult:
-        assert self.location and self.location.startswith(REDIRECT_URI), self.location
+        assert self.location and self.location.startswith(self.redirect_uri), self.location
         answer = parse_qs(urlparse(self.location).query)
         first = lambda name: answer.get(name, [None])[0]  # noqa: E731
         return AuthorizationCodeResult(code=first("code"), state=first("state"), iss=first("iss"))
+
+
+def free_port() -> int:
+    """A port nothing listens on now, as a native client picks at start."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def connect_on_another_port(client: OAuthClientInformationFull) -> None:
+    """A later start of the same native client: registered with port 9, it
+    now listens on a free port and sends that redirect URI (RFC 8252 §7.3).
+    It must authorize, list tools and call stats on one connection."""
+    storage = Memory()
+    storage.client = client
+    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
+    person = Person(redirect_uri)
+    oauth = OAuthClientProvider(
+        server_url=f"{BASE}/mcp",
+        client_metadata=OAuthClientMetadata(
+            client_name="MCP Python SDK test",
+            redirect_uris=[redirect_uri],
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="client_secret_post",
+            scope="read write",
+        ),
+        storage=storage,
+        redirect_handler=person.redirect,
+        callback_handler=person.callback,
+    )
+    async with create_mcp_http_client(auth=oauth) as http:
+        async with Client(streamable_http_client(f"{BASE}/mcp", http_client=http)) as mcp:
+            tools = [tool.name for tool in (await mcp.list_tools()).tools]
+            assert STATS in tools, tools
+            now = int(time.time() * 1000)
+            week = {"project_id": PROJECT, "start_at": now - 86_400_000, "end_at": now}
+            stats = await mcp.call_tool(STATS, week)
+            assert not stats.is_error, stats
+    assert person.authorizations == 1, person.authorizations
+    assert storage.client is not None and storage.client.client_id == client.client_id, (
+        "the client registered again instead of using its registration"
+    )
 
 
 async def main() -> None:
@@ -142,6 +188,9 @@ async def main() -> None:
             second = await client.call_tool(STATS, week)
             assert not second.is_error, second
             after = storage.tokens
+    runs = int(os.environ.get("HOST_SIM_LOOPBACK_RUNS", "3"))
+    for _ in range(runs):
+        await connect_on_another_port(storage.client)
     secrets.extend([before.access_token, after.access_token])
     secrets.extend(t.refresh_token for t in (before, after) if t.refresh_token)
     if storage.client and storage.client.client_secret:
@@ -155,6 +204,7 @@ async def main() -> None:
                 and after.refresh_token != before.refresh_token
                 and person.authorizations == 1,
                 "scope": after.scope,
+                "loopback_runs": runs,
                 "secrets": sorted(set(secrets)),
             }
         )

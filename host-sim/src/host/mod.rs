@@ -18,7 +18,7 @@ pub(crate) use invoke::new_request_id;
 pub use invoke::{Caller, Invocation, InvokeRequest};
 pub use oauth::{
     Approval, ClientCredentials, OAuthClient, OAuthError, OAuthLifetimes, check_challenge,
-    check_redirect_uri, is_metadata_document_id, parse_scope, redirect_host,
+    check_redirect_uri, is_metadata_document_id, parse_scope, redirect_host, redirect_uri_matches,
 };
 pub use operator::{InvalidInput, IssuedToken};
 pub use queries::{MAX_SESSION_TTL, PanelSession};

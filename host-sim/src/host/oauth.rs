@@ -168,6 +168,36 @@ pub fn check_redirect_uri(uri: &str) -> Result<(), String> {
     }
 }
 
+/// Whether an authorization request's `redirect_uri` is the registered
+/// one: exactly, except that for `http` to a loopback IP literal the port
+/// may differ (RFC 8252 §7.3: a native client listens on whatever port is
+/// free when it starts). Only the port: scheme, address, path and query
+/// must be the registered ones; `localhost` (a name) is matched exactly.
+pub fn redirect_uri_matches(registered: &str, requested: &str) -> bool {
+    if registered == requested {
+        return true;
+    }
+    let loopback_literal = |uri: &str| {
+        reqwest::Url::parse(uri).ok().filter(|url| {
+            url.scheme() == "http"
+                && match url.host() {
+                    Some(url::Host::Ipv4(a)) => a.is_loopback(),
+                    Some(url::Host::Ipv6(a)) => a.is_loopback(),
+                    _ => false,
+                }
+        })
+    };
+    match (loopback_literal(registered), loopback_literal(requested)) {
+        (Some(mut registered), Some(mut requested)) => {
+            // Setting the port cannot fail on an http URL with a host.
+            let _ = registered.set_port(None);
+            let _ = requested.set_port(None);
+            registered == requested
+        }
+        _ => false,
+    }
+}
+
 /// The host part of a redirect URI, as the consent page and the connected
 /// apps show it.
 pub fn redirect_host(uri: &str) -> String {
@@ -690,6 +720,37 @@ mod tests {
             s256("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
             "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
         );
+    }
+
+    #[test]
+    fn a_loopback_redirect_uri_may_come_back_on_another_port_and_nothing_else_may_differ() {
+        let registered = "http://127.0.0.1:4000/cb";
+        assert!(redirect_uri_matches(registered, "http://127.0.0.1:4000/cb"));
+        assert!(redirect_uri_matches(registered, "http://127.0.0.1:5001/cb"));
+        assert!(redirect_uri_matches(registered, "http://127.0.0.1/cb"));
+        assert!(redirect_uri_matches(
+            "http://[::1]:4000/cb",
+            "http://[::1]:61000/cb"
+        ));
+        for other in [
+            "http://127.0.0.1:5001/other",
+            "http://127.0.0.1:5001/cb?x=1",
+            "http://127.0.0.2:5001/cb",
+            "https://127.0.0.1:5001/cb",
+            "http://localhost:4000/cb",
+            "http://[::1]:4000/cb",
+        ] {
+            assert!(!redirect_uri_matches(registered, other), "{other}");
+        }
+        // Names and https are matched exactly, port included.
+        assert!(!redirect_uri_matches(
+            "http://localhost:4000/cb",
+            "http://localhost:5001/cb"
+        ));
+        assert!(!redirect_uri_matches(
+            "https://app.example/cb",
+            "https://app.example:8443/cb"
+        ));
     }
 
     #[test]

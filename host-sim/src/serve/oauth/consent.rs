@@ -28,7 +28,7 @@ use super::super::console::{
 use super::{issuer, mcp_resource};
 use crate::host::{
     Approval, Caller, OAuthClient, OAuthError, check_challenge, is_metadata_document_id,
-    parse_scope, redirect_host,
+    parse_scope, redirect_host, redirect_uri_matches,
 };
 use crate::spec;
 
@@ -203,12 +203,16 @@ async fn authorize(
             &OAuthError::new("invalid_request", "redirect_uri is required"),
         );
     };
-    if !client.redirect_uris.contains(&redirect_uri) {
+    if !client
+        .redirect_uris
+        .iter()
+        .any(|registered| redirect_uri_matches(registered, &redirect_uri))
+    {
         return refusal_page(
             StatusCode::BAD_REQUEST,
             &OAuthError::new(
                 "invalid_request",
-                "redirect_uri must be exactly one of the client's registered redirect URIs",
+                "redirect_uri must be exactly one of the client's registered redirect URIs (for http to a loopback IP address, only the port may differ)",
             ),
         );
     }
