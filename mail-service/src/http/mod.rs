@@ -1,6 +1,6 @@
 //! HTTP layer: routing, the request middleware (request id, authentication,
-//! rate limit, request log), extractors, thin handlers and the OpenAPI
-//! document.
+//! rate limit, request log), extractors, thin handlers, the OpenAPI
+//! document, and the operator's `/metrics` listener (`metrics_listener`).
 
 mod analytics;
 mod domains;
@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 mod handlers;
 mod health;
+pub mod metrics_listener;
 pub mod openapi;
 mod suppressions;
 mod webhooks;
