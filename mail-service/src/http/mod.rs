@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 mod handlers;
 mod health;
+mod list;
 pub mod metrics_listener;
 pub mod openapi;
 mod suppressions;
@@ -118,7 +119,7 @@ pub fn router(service: MailService) -> Router {
     Router::new()
         .merge(api.clone())
         .nest("/v1", api)
-        .route("/openapi.json", get(handlers::openapi))
+        .route("/openapi.json", get(openapi::document))
         .fallback(handlers::not_found)
         .layer(middleware::from_fn_with_state(service.clone(), observe))
         // Probes bypass the request middleware: no request log, no rate
