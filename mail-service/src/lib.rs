@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod model;
 pub mod service;
 pub mod smtp_sink;
+mod status;
 pub mod store;
 pub mod transport;
 
