@@ -27,7 +27,10 @@ pub use table::Layers;
 
 /// The crates whose modules are checked, with their `src` from the
 /// workspace root; each has its layer table in ARCHITECTURE.md.
-pub const CRATES: &[(&str, &str)] = &[("host-sim", "host-sim/src")];
+pub const CRATES: &[(&str, &str)] = &[
+    ("host-sim", "host-sim/src"),
+    ("mail-service", "mail-service/src"),
+];
 
 /// Files that are crate roots, not modules of a layer.
 const ROOTS: &[&str] = &["lib.rs", "main.rs"];
