@@ -87,7 +87,7 @@ pub enum Error {
     #[error("email {email_id} is {status}: {reason}; only a scheduled email can be {action}")]
     NotScheduled {
         email_id: String,
-        status: crate::model::EmailStatus,
+        status: crate::status::EmailStatus,
         reason: String,
         action: String,
     },

@@ -1,12 +1,14 @@
 //! mail-service: a Resend-style transactional mail HTTP API.
 //!
-//! Map: `model` (resources and validation; accounts and stored records with
-//! their statuses as enums) → `service` (auth and rate limit, sending and
-//! idempotency, logs, operator actions; no HTTP) → `store` (SQLite/PostgreSQL,
-//! rows read with `sqlx::FromRow`) and `transport` (SMTP via lettre, or
-//! files). `http` holds the router, the middleware, the
-//! extractors and the one `IntoResponse` for `error::Error`. `smtp_sink` is
-//! the loopback SMTP server used by tests.
+//! Its modules form layers, each using only the layers below it (the table
+//! is in ARCHITECTURE.md, "mail-service"; `cargo xtask layers` checks it).
+//! From the bottom: `clock`, `status` (the enums stored as text, the email's
+//! status), `metrics`, `smtp_sink` (the loopback SMTP server used by tests);
+//! `id`, `error`; `model` (resources and validation); `store`
+//! (SQLite/PostgreSQL), `transport` (SMTP via lettre, or files), `feedback`
+//! (return-path tokens, reading reports); `service` (no HTTP); `http` (the
+//! router, the middleware, the extractors, the one `IntoResponse` for
+//! `error::Error`) and `feedback::listener`; `config` (the CLI's options).
 
 pub mod clock;
 pub mod config;
@@ -18,6 +20,7 @@ pub mod metrics;
 pub mod model;
 pub mod service;
 pub mod smtp_sink;
+mod status;
 pub mod store;
 pub mod transport;
 

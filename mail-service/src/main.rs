@@ -252,7 +252,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(addr) = &args.metrics_listen {
                 let listener = tokio::net::TcpListener::bind(addr).await?;
                 eprintln!("metrics on http://{}/metrics", listener.local_addr()?);
-                mail_service::metrics::spawn(listener, service.clone());
+                mail_service::http::metrics_listener::spawn(listener, service.clone());
             }
             let _feedback = match &args.feedback_listen {
                 None => None,

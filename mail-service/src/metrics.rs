@@ -10,13 +10,12 @@
 //! id (tests/metrics.rs checks the exposition for them).
 //!
 //! The queue gauges (scheduled emails due, webhook backlog) are read from
-//! the database when `/metrics` is scraped, so every node reports the
-//! shared queues' state at the time of the scrape.
+//! the database when `/metrics` is scraped (`http::metrics_listener`),
+//! so every node reports the shared queues' state at the time of the
+//! scrape.
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use ops_metrics::{Profile, PrometheusHandle};
-
-use crate::service::MailService;
 
 pub const HTTP_REQUESTS: &str = "mail_http_requests_total";
 pub const HTTP_DURATION: &str = "mail_http_request_duration_seconds";
@@ -126,17 +125,4 @@ pub fn method_label(method: &str) -> &'static str {
         "OPTIONS" => "OPTIONS",
         _ => "other",
     }
-}
-
-/// Serves `/metrics` on `listener` until the process ends; the queue
-/// gauges are read from the database at each scrape.
-pub fn spawn(listener: tokio::net::TcpListener, service: MailService) {
-    ops_metrics::spawn(listener, install(), move || {
-        let service = service.clone();
-        async move {
-            if let Err(e) = service.record_queue_gauges().await {
-                tracing::warn!(error = %e, "queue gauges not read; /metrics shows their last values");
-            }
-        }
-    });
 }

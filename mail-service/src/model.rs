@@ -1,88 +1,11 @@
-//! The service's resources and their validation: shared helpers for enums
-//! stored as text here; the Email resource (`email`), its scheduling
-//! (`schedule`), accounts (`account`) and stored rows (`records`) in their
-//! own files. Every rule of the contract's tables and of its section 8 is
-//! checked before anything is stored; each error names the field and the rule.
+//! The service's resources and their validation: the enums stored as text
+//! are made with `crate::status`'s helpers; the Email resource (`email`),
+//! its scheduling (`schedule`), accounts (`account`) and stored rows
+//! (`records`) in their own files. Every rule of the contract's tables and
+//! of its section 8 is checked before anything is stored; each error names
+//! the field and the rule.
 
-/// An enum stored as text: `as_str` for writing, `FromStr`/`TryFrom<String>`
-/// for reading (an unknown text is an `UnknownValue` error), serde in the
-/// same snake_case form.
-macro_rules! text_enum {
-    ($(#[$meta:meta])* $name:ident, $what:literal { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name {
-            $($(#[$vmeta])* $variant),+
-        }
-
-        impl $name {
-            /// Every value, in declaration order.
-            pub const ALL: &[$name] = &[$($name::$variant),+];
-
-            /// The stored (and serialized) text.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text),+
-                }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl std::str::FromStr for $name {
-            type Err = $crate::model::UnknownValue;
-            fn from_str(s: &str) -> Result<Self, $crate::model::UnknownValue> {
-                match s {
-                    $($text => Ok($name::$variant),)+
-                    other => Err($crate::model::UnknownValue {
-                        what: $what,
-                        value: other.to_string(),
-                        expected: &[$($text),+],
-                    }),
-                }
-            }
-        }
-
-        $crate::model::decode_from_text!([] $name);
-    };
-}
-
-/// `sqlx::Type` and `sqlx::Decode` for a type read from a TEXT column
-/// through its `FromStr`, on every database: a text that does not parse is a
-/// decode error naming the column and the value.
-macro_rules! decode_from_text {
-    ([$($generics:tt)*] $name:ty) => {
-        impl<DB: sqlx::Database, $($generics)*> sqlx::Type<DB> for $name
-        where
-            String: sqlx::Type<DB>,
-        {
-            fn type_info() -> DB::TypeInfo {
-                <String as sqlx::Type<DB>>::type_info()
-            }
-
-            fn compatible(ty: &DB::TypeInfo) -> bool {
-                <String as sqlx::Type<DB>>::compatible(ty)
-            }
-        }
-
-        impl<'r, DB: sqlx::Database, $($generics)*> sqlx::Decode<'r, DB> for $name
-        where
-            String: sqlx::Decode<'r, DB>,
-        {
-            fn decode(
-                value: <DB as sqlx::Database>::ValueRef<'r>,
-            ) -> Result<Self, sqlx::error::BoxDynError> {
-                Ok(<String as sqlx::Decode<'r, DB>>::decode(value)?.parse()?)
-            }
-        }
-    };
-}
-pub(crate) use decode_from_text;
+pub(crate) use crate::status::decode_from_text;
 
 mod account;
 mod domain;
@@ -93,6 +16,7 @@ mod schedule;
 mod suppression;
 mod webhook;
 
+pub use crate::status::{EmailStatus, UnknownValue};
 pub use account::{ApiKey, Permission, Principal, Tenant};
 pub use domain::{
     DEFAULT_RETURN_PATH, DKIM_SELECTOR, DnsRecord, Domain, DomainStatus, RecordStatus,
@@ -101,7 +25,7 @@ pub use domain::{
 };
 pub use email::*;
 pub use feedback::{EmailEvent, FeedbackKind, FeedbackReport, ReportOutcome};
-pub use records::{EmailStatus, JsonText, KeyState, RequestLog, StoredEmail};
+pub use records::{JsonText, KeyState, RequestLog, StoredEmail};
 pub use schedule::{
     MAX_SCHEDULE_AHEAD_MS, SCHEDULE_PAST_TOLERANCE_MS, check_schedule_window, parse_scheduled_at,
 };
@@ -114,15 +38,6 @@ pub use webhook::{
     Webhook, WebhookStatus, check_address, events_column, parse_events, signature,
     validate_endpoint,
 };
-
-/// A stored or given text that names no value of its enum.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} `{value}` (expected one of: {})", expected.join(", "))]
-pub struct UnknownValue {
-    pub what: &'static str,
-    pub value: String,
-    pub expected: &'static [&'static str],
-}
 
 /// The body of a `PATCH` on a resource, with the field the SDKs repeat the
 /// path's id in (`id` for Resend's `emails.update`, `webhook_id` for

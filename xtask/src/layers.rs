@@ -1,54 +1,44 @@
-//! `cargo xtask layers`: host-sim's modules form layers, and a module may
-//! use only modules of layers below its own (see ARCHITECTURE.md, "host-sim
-//! inside"). This check reads every file of `host-sim/src`, follows each
-//! path that starts at the crate root (`crate::…`, and `super::…` chains
-//! that climb to it, with `use crate::{a, b}` groups), and fails on one
-//! that names a module of the same or a higher layer, or a root item that
-//! is not a module (the root only re-exports; naming the defining module
-//! keeps the rule checkable). A file of a module that is in no layer fails
-//! too, so a new module has to be placed. `main.rs` is a crate of its own
-//! (the CLI) and uses the library's public API only; the modules it
-//! declares (`mod cli;` → `cli/…`) belong to that crate, not to a layer,
-//! and a module declared by both roots fails. Within a layer, no two
-//! modules may import each other (`cycles`).
+//! `cargo xtask layers`: the modules of each crate of [`CRATES`] form
+//! layers, and a module may use only modules of layers below its own. The
+//! layers are the tables ARCHITECTURE.md shows (`table`), so the reader and
+//! the check read one list. For each crate this reads every file of its
+//! `src`, follows each path that starts at the crate root (`crate::…`, and
+//! `super::…` chains that climb to it, with `use crate::{a, b}` groups:
+//! `paths`), and fails on one that names a module of the same or a higher
+//! layer, or a root item that is not a module (the root only re-exports;
+//! naming the defining module keeps the rule checkable). A file of a module
+//! that is in no layer fails too, so a new module has to be placed, and so
+//! does a module of a table that the crate does not have. `main.rs` is a
+//! crate of its own (the CLI) and uses the library's public API only; the
+//! modules it declares (`mod cli;` → `cli/…`) belong to that crate, not to
+//! a layer, and a module declared by both roots fails. No modules may import
+//! one another in a circle, within a layer too (`cycles`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
 mod cycles;
+mod paths;
+mod table;
 
-/// The layers, lowest first: a name for messages and the top-level modules
-/// of `host-sim/src` in it.
-pub const LAYERS: &[(&str, &[&str])] = &[
-    (
-        "leaf types",
-        &["bindings", "error", "limits", "metrics", "secret", "spec"],
-    ),
-    ("operator state", &["state"]),
-    ("capabilities", &["capabilities"]),
-    ("sandbox", &["sandbox"]),
-    (
-        "instance pool, release verification, tracking-domain checks",
-        &["pool", "verify", "tracking"],
-    ),
-    ("host facade", &["host"]),
-    ("surfaces", &["serve", "testing", "dev"]),
+use paths::{Module, declared_modules, references};
+pub use table::Layers;
+
+/// The crates whose modules are checked, with their `src` from the
+/// workspace root; each has its layer table in ARCHITECTURE.md.
+pub const CRATES: &[(&str, &str)] = &[
+    ("host-sim", "host-sim/src"),
+    ("mail-service", "mail-service/src"),
 ];
 
 /// Files that are crate roots, not modules of a layer.
 const ROOTS: &[&str] = &["lib.rs", "main.rs"];
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS
-        .iter()
-        .position(|(_, modules)| modules.contains(&module))
-}
-
 /// An import that breaks the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
-    /// The file, relative to `host-sim/src`.
+    /// The file, from the workspace root.
     pub file: PathBuf,
     pub line: usize,
     pub message: String,
@@ -56,41 +46,46 @@ pub struct Violation {
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "host-sim/src/{}:{}: {}",
-            self.file.display(),
-            self.line,
-            self.message
-        )
+        write!(f, "{}:{}: {}", self.file.display(), self.line, self.message)
     }
 }
 
-/// Checks the real tree and prints what it found.
+/// Checks every crate of [`CRATES`] against its table and prints what it
+/// found.
 pub fn run() -> Result<()> {
-    let src = crate::workspace_root().join("host-sim/src");
-    let files = read_tree(&src)?;
-    let violations = check(&files);
-    if violations.is_empty() {
-        println!(
-            "    host-sim: {} files, every import runs down the layers ({}), no two modules import each other",
-            files.len(),
-            LAYERS
-                .iter()
-                .map(|(name, _)| *name)
-                .collect::<Vec<_>>()
-                .join(" → ")
+    let root = crate::workspace_root();
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md"))
+        .context("cannot read ARCHITECTURE.md, which holds the layer tables")?;
+    let mut failed = 0;
+    for (name, src) in CRATES {
+        let layers = Layers::parse(&architecture, name)?;
+        let files = read_tree(&root.join(src))?;
+        let mut violations = unknown_modules(&layers, src.as_ref(), &files);
+        violations.extend(check(&layers, src.as_ref(), &files));
+        if violations.is_empty() {
+            println!(
+                "    {name}: {} files, every import runs down the layers ({}), no circles",
+                files.len(),
+                layers
+                    .layers
+                    .iter()
+                    .map(|layer| layer.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" → ")
+            );
+        }
+        for violation in &violations {
+            eprintln!("{violation}");
+        }
+        failed += violations.len();
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} import(s) run against their crate's layers (listed above); move the \
+             code down or the import up (the layer tables are in ARCHITECTURE.md)"
         );
-        return Ok(());
     }
-    for violation in &violations {
-        eprintln!("{violation}");
-    }
-    bail!(
-        "{} import(s) in host-sim run against its layers (listed above); \
-         move the code down or the import up (layers: xtask/src/layers.rs, ARCHITECTURE.md)",
-        violations.len()
-    )
+    Ok(())
 }
 
 /// Every `.rs` file under `src`, as (path relative to `src`, text).
@@ -116,8 +111,13 @@ pub fn read_tree(src: &Path) -> Result<Vec<(PathBuf, String)>> {
     Ok(files)
 }
 
-/// The violations in `files` (paths relative to `src`).
-pub fn check(files: &[(PathBuf, String)]) -> Vec<Violation> {
+fn shown(module: &[String]) -> String {
+    module.join("::")
+}
+
+/// The violations in `files` (paths relative to `src`, the crate's source
+/// directory from the workspace root).
+pub fn check(layers: &Layers, src: &Path, files: &[(PathBuf, String)]) -> Vec<Violation> {
     let mut violations = Vec::new();
     let declared_by = |root: &str| {
         files
@@ -135,72 +135,88 @@ pub fn check(files: &[(PathBuf, String)]) -> Vec<Violation> {
             continue;
         }
         let module_path = module_path(file);
-        let own = module_path[0].clone();
-        if binary.contains(&own) {
-            if library.contains(&own) {
-                violations.push(Violation {
-                    file: file.clone(),
-                    line: 1,
-                    message: format!(
-                        "module `{own}` is declared by both lib.rs and main.rs; \
+        let top = module_path[0].clone();
+        let at = |line: usize, message: String| Violation {
+            file: src.join(file),
+            line,
+            message,
+        };
+        if binary.contains(&top) {
+            if library.contains(&top) {
+                violations.push(at(
+                    1,
+                    format!(
+                        "module `{top}` is declared by both lib.rs and main.rs; \
                          a CLI module belongs to main.rs only"
                     ),
-                });
+                ));
             }
             // A module of the CLI crate: it reaches the library by its
             // public API (`host_sim::…`), and `crate::` names the CLI.
             continue;
         }
         library_files.push(entry);
-        let Some(own_layer) = layer_of(&own) else {
-            violations.push(Violation {
-                file: file.clone(),
-                line: 1,
-                message: format!(
-                    "module `{own}` is in no layer; add it to LAYERS in xtask/src/layers.rs \
-                     and to the layers in ARCHITECTURE.md"
+        let Some((own_layer, own)) = layers.place(&module_path) else {
+            violations.push(at(
+                1,
+                format!(
+                    "module `{}` is in no layer; add it to the layer table of {} in \
+                     ARCHITECTURE.md",
+                    shown(&module_path),
+                    layers.crate_name
                 ),
-            });
+            ));
             continue;
         };
-        for (line, target) in root_references(&module_path, text) {
-            if target == own {
+        let mut found: Vec<(usize, String)> = Vec::new();
+        for (line, _, target) in references(&module_path, text) {
+            let Some(first) = target.first() else {
                 continue;
-            }
-            let message = match layer_of(&target) {
-                Some(layer) if layer < own_layer => continue,
-                Some(layer) => format!(
-                    "`{own}` ({}) uses `{target}` ({}), which does not stand below it",
-                    LAYERS[own_layer].0, LAYERS[layer].0
+            };
+            let message = match layers.place(&target) {
+                Some((_, module)) if module == own => continue,
+                Some((layer, _)) if layer < own_layer => continue,
+                Some((layer, module)) => format!(
+                    "`{}` ({}) uses `{}` ({}), which does not stand below it",
+                    shown(own),
+                    layers.name(own_layer),
+                    shown(module),
+                    layers.name(layer)
                 ),
                 None => format!(
-                    "`{own}` uses `crate::{target}`, which is not a module of a layer; \
-                     name the module that defines it"
+                    "`{}` uses `crate::{first}`, which is not a module of a layer; \
+                     name the module that defines it",
+                    shown(own)
                 ),
             };
-            violations.push(Violation {
-                file: file.clone(),
-                line,
-                message,
-            });
+            if !found.contains(&(line, message.clone())) {
+                found.push((line, message));
+            }
         }
+        violations.extend(found.into_iter().map(|(line, message)| at(line, message)));
     }
-    violations.extend(cycles::check(&library_files));
+    violations.extend(cycles::check(src, &library_files));
     violations
 }
 
-/// The modules a crate root declares from files: `mod name;`.
-fn declared_modules(text: &str) -> Vec<String> {
-    let tokens = tokens(text);
-    tokens
-        .windows(3)
-        .filter_map(|window| match window {
-            [
-                (_, Token::Ident(keyword)),
-                (_, Token::Ident(name)),
-                (_, Token::Punct(';')),
-            ] if keyword == "mod" => Some(name.clone()),
-            _ => None,
+/// A module of the table that no file of the crate is: the table says
+/// more than the code (a module removed or renamed).
+pub fn unknown_modules(layers: &Layers, src: &Path, files: &[(PathBuf, String)]) -> Vec<Violation> {
+    let modules: Vec<Module> = files.iter().map(|(file, _)| module_path(file)).collect();
+    layers
+        .layers
+        .iter()
+        .flat_map(|layer| layer.modules.iter().map(move |module| (layer, module)))
+        .filter(|(_, module)| !modules.iter().any(|m| m.starts_with(module)))
+        .map(|(layer, module)| Violation {
+            file: PathBuf::from("ARCHITECTURE.md"),
+            line: layer.line,
+            message: format!(
+                "the layer table of {} names `{}`, which is no module of {}",
+                layers.crate_name,
+                shown(module),
+                src.display()
+            ),
         })
         .collect()
 }
@@ -221,283 +237,6 @@ fn module_path(file: &Path) -> Vec<String> {
     parts
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Token {
-    Ident(String),
-    /// `::`
-    PathSep,
-    Punct(char),
-}
-
-/// The tokens of `text` with their lines; comments, string and character
-/// literals and lifetimes are left out.
-fn tokens(text: &str) -> Vec<(usize, Token)> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = Vec::new();
-    let (mut i, mut line) = (0, 1);
-    let skip_to = |i: &mut usize, line: &mut usize, end: usize| {
-        *line += chars[*i..end.min(chars.len())]
-            .iter()
-            .filter(|c| **c == '\n')
-            .count();
-        *i = end;
-    };
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        match c {
-            '\n' => {
-                line += 1;
-                i += 1;
-            }
-            _ if c.is_whitespace() => i += 1,
-            '/' if next == Some('/') => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
-            }
-            '/' if next == Some('*') => {
-                let (mut depth, mut j) = (0usize, i);
-                while j < chars.len() {
-                    if chars[j] == '/' && chars.get(j + 1) == Some(&'*') {
-                        depth += 1;
-                        j += 2;
-                    } else if chars[j] == '*' && chars.get(j + 1) == Some(&'/') {
-                        depth -= 1;
-                        j += 2;
-                        if depth == 0 {
-                            break;
-                        }
-                    } else {
-                        j += 1;
-                    }
-                }
-                skip_to(&mut i, &mut line, j);
-            }
-            '"' => {
-                let mut j = i + 1;
-                while j < chars.len() && chars[j] != '"' {
-                    j += if chars[j] == '\\' { 2 } else { 1 };
-                }
-                skip_to(&mut i, &mut line, j + 1);
-            }
-            'r' | 'b' if raw_string_start(&chars, i).is_some() => {
-                let (hashes, open) = raw_string_start(&chars, i).unwrap_or((0, i));
-                let close: String = std::iter::once('"')
-                    .chain(std::iter::repeat_n('#', hashes))
-                    .collect();
-                let rest: String = chars[open + 1..].iter().collect();
-                let end = rest.find(&close).map_or(chars.len(), |at| {
-                    open + 1 + rest[..at].chars().count() + close.len()
-                });
-                skip_to(&mut i, &mut line, end);
-            }
-            '\'' => {
-                // A character literal ('x', '\n', '\u{..}') or a lifetime ('a).
-                if next == Some('\\') {
-                    let mut j = i + 2;
-                    while j < chars.len() && chars[j] != '\'' {
-                        j += 1;
-                    }
-                    i = j + 1;
-                } else if chars.get(i + 2) == Some(&'\'') {
-                    i += 3;
-                } else {
-                    i += 1;
-                    while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                        i += 1;
-                    }
-                }
-            }
-            ':' if next == Some(':') => {
-                out.push((line, Token::PathSep));
-                i += 2;
-            }
-            _ if c.is_alphabetic() || c == '_' => {
-                let start = i;
-                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                    i += 1;
-                }
-                let word: String = chars[start..i].iter().collect();
-                // `b'x'`, `b"…"` prefixes are handled by the literal arms;
-                // `r#ident` is a raw identifier.
-                out.push((line, Token::Ident(word)));
-            }
-            _ => {
-                out.push((line, Token::Punct(c)));
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// At `i`, `r"`, `r#"`, `br"`, `br#"`…: the number of `#` and the index of
-/// the opening quote.
-fn raw_string_start(chars: &[char], i: usize) -> Option<(usize, usize)> {
-    let mut j = i;
-    if chars.get(j) == Some(&'b') {
-        j += 1;
-    }
-    if chars.get(j) != Some(&'r') {
-        return None;
-    }
-    if i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_') {
-        return None;
-    }
-    j += 1;
-    let mut hashes = 0;
-    while chars.get(j) == Some(&'#') {
-        hashes += 1;
-        j += 1;
-    }
-    (chars.get(j) == Some(&'"')).then_some((hashes, j))
-}
-
-/// A module path (`["state", "error"]`).
-type Module = Vec<String>;
-
-/// The top-level modules (or root items) that paths in `text` name from
-/// the crate root, with their lines: the first segment of each path
-/// [`references`] resolves, once per line and module (`pool::{A, B}` is one
-/// use of `pool`).
-fn root_references(file_module: &[String], text: &str) -> Vec<(usize, String)> {
-    let mut found: Vec<(usize, String)> = references(file_module, text)
-        .into_iter()
-        .filter_map(|(line, _, path)| Some((line, path.first()?.clone())))
-        .collect();
-    found.dedup();
-    found
-}
-
-/// Every path in `text` (the file of module `file_module`) that starts at
-/// the crate root, a `super` chain or `self`, resolved to a full path from
-/// the root, with its line and the module it is written in (inline `mod
-/// name { … }` blocks extend the file's module path).
-fn references(file_module: &[String], text: &str) -> Vec<(usize, Module, Module)> {
-    let tokens = tokens(text);
-    let mut found = Vec::new();
-    let mut inline: Vec<(String, usize)> = Vec::new();
-    let mut depth = 0usize;
-    let mut i = 0;
-    let is = |at: usize, token: &Token| tokens.get(at).map(|(_, t)| t) == Some(token);
-    let ident = |at: usize| match tokens.get(at) {
-        Some((_, Token::Ident(name))) => Some(name.as_str()),
-        _ => None,
-    };
-    while i < tokens.len() {
-        let here: Module = file_module
-            .iter()
-            .cloned()
-            .chain(inline.iter().map(|(name, _)| name.clone()))
-            .collect();
-        let after_path = i > 0 && (is(i - 1, &Token::PathSep) || is(i - 1, &Token::Punct('$')));
-        match &tokens[i].1 {
-            Token::Punct('{') => depth += 1,
-            Token::Punct('}') => {
-                depth = depth.saturating_sub(1);
-                while inline.last().is_some_and(|(_, inside)| *inside > depth) {
-                    inline.pop();
-                }
-            }
-            Token::Ident(word) if word == "mod" => {
-                if let Some(name) = ident(i + 1)
-                    && is(i + 2, &Token::Punct('{'))
-                {
-                    depth += 1;
-                    inline.push((name.to_string(), depth));
-                    i += 3;
-                    continue;
-                }
-            }
-            Token::Ident(word)
-                if (word == "crate" || word == "self")
-                    && !after_path
-                    && is(i + 1, &Token::PathSep) =>
-            {
-                let base = if word == "crate" {
-                    Vec::new()
-                } else {
-                    here.clone()
-                };
-                found.extend(
-                    resolve(&base, &tokens, i + 2)
-                        .into_iter()
-                        .map(|(line, path)| (line, here.clone(), path)),
-                );
-                i += 2;
-                continue;
-            }
-            Token::Ident(word) if word == "super" && !after_path => {
-                let mut ups = 0;
-                let mut j = i;
-                while ident(j) == Some("super") && is(j + 1, &Token::PathSep) {
-                    ups += 1;
-                    j += 2;
-                }
-                if ups > 0 && ups <= here.len() {
-                    found.extend(
-                        resolve(&here[..here.len() - ups], &tokens, j)
-                            .into_iter()
-                            .map(|(line, path)| (line, here.clone(), path)),
-                    );
-                }
-                i = j.max(i + 1);
-                continue;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    found
-}
-
-/// The paths at `at` (after `base::`), each as `base` plus its segments:
-/// one for `a::b::C`, one per item for `a::{b, c::D}`.
-fn resolve(base: &[String], tokens: &[(usize, Token)], at: usize) -> Vec<(usize, Module)> {
-    let mut path = base.to_vec();
-    let mut i = at;
-    let mut line = tokens.get(at).map(|(line, _)| *line).unwrap_or(0);
-    loop {
-        match tokens.get(i) {
-            Some((at_line, Token::Ident(name))) => {
-                line = *at_line;
-                if name != "self" {
-                    path.push(name.clone());
-                }
-                if tokens.get(i + 1).map(|(_, t)| t) == Some(&Token::PathSep) {
-                    i += 2;
-                    continue;
-                }
-                return vec![(line, path)];
-            }
-            Some((_, Token::Punct('{'))) => {
-                let mut out = Vec::new();
-                let mut nested = 0;
-                let mut item_start = true;
-                for j in i + 1..tokens.len() {
-                    match &tokens[j].1 {
-                        Token::Punct('{') => nested += 1,
-                        Token::Punct('}') if nested == 0 => break,
-                        Token::Punct('}') => nested -= 1,
-                        Token::Punct(',') if nested == 0 => {
-                            item_start = true;
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    if item_start && nested == 0 {
-                        out.extend(resolve(&path, tokens, j));
-                    }
-                    item_start = false;
-                }
-                return out;
-            }
-            _ => return vec![(line, path)],
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,8 +245,38 @@ mod tests {
         (PathBuf::from(path), text.to_string())
     }
 
+    /// host-sim's layers as ARCHITECTURE.md shows them, for planted trees
+    /// (the real table is read by the tests of the real trees).
+    pub(super) fn host_sim() -> Layers {
+        let table = "## host-sim inside\n\n| layer | modules | what it is |\n|---|---|---|\n\
+            | 1. leaf types | `bindings`, `error`, `limits`, `metrics`, `secret`, `spec` | t |\n\
+            | 2. operator state | `state/` | t |\n| 3. capabilities | `capabilities/` | t |\n\
+            | 4. sandbox | `sandbox/` | t |\n\
+            | 5. pool, verification, tracking-domain checks | `pool/`, `verify`, `tracking/` | t |\n\
+            | 6. host facade | `host/` | t |\n| 7. surfaces | `serve/`, `testing`, `dev` | t |\n";
+        Layers::parse(table, "host-sim").unwrap()
+    }
+
+    fn mail_service() -> Layers {
+        let table = "## mail-service\n\n| layer | modules | what it is |\n|---|---|---|\n\
+            | 1. leaf types | `clock`, `metrics` | t |\n| 2. error | `error` | t |\n\
+            | 3. resources | `model/` | t |\n| 4. storage, feedback mail | `store/`, `feedback/` | t |\n\
+            | 5. service | `service/` | t |\n| 6. surfaces | `http/`, `feedback::listener` | t |\n";
+        Layers::parse(table, "mail-service").unwrap()
+    }
+
     fn messages(files: &[(PathBuf, String)]) -> Vec<String> {
-        check(files).iter().map(ToString::to_string).collect()
+        check(&host_sim(), Path::new("host-sim/src"), files)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    fn mail_messages(files: &[(PathBuf, String)]) -> Vec<String> {
+        check(&mail_service(), Path::new("mail-service/src"), files)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
     }
 
     #[test]
@@ -621,11 +390,94 @@ mod tests {
     }
 
     #[test]
-    fn the_host_sim_tree_keeps_its_layers() {
-        let src = crate::workspace_root().join("host-sim/src");
-        let files = read_tree(&src).unwrap();
-        assert!(files.len() > 20, "read the tree");
-        let violations = check(&files);
-        assert!(violations.is_empty(), "{violations:#?}");
+    fn a_planted_upward_import_in_mail_service_fails_a_module_inside_another_too() {
+        let found = mail_messages(&[
+            file(
+                "model/email.rs",
+                "use crate::error::Error;\nuse crate::service::MailService;\n",
+            ),
+            file("feedback/mod.rs", "pub mod listener;\npub mod verp;\n"),
+            file(
+                "feedback/verp.rs",
+                "use crate::model::X;\n\nuse super::listener::Limits;\n",
+            ),
+            file(
+                "feedback/listener.rs",
+                "use crate::service::MailService;\nuse super::verp::Key;\n",
+            ),
+            file(
+                "error.rs",
+                "pub enum Error { S(crate::model::email::EmailStatus) }\n",
+            ),
+        ]);
+        assert_eq!(
+            found,
+            [
+                "mail-service/src/model/email.rs:2: `model` (resources) uses `service` (service), \
+                 which does not stand below it",
+                "mail-service/src/feedback/verp.rs:3: `feedback` (storage, feedback mail) uses \
+                 `feedback::listener` (surfaces), which does not stand below it",
+                "mail-service/src/error.rs:1: `error` (error) uses `model` (resources), which \
+                 does not stand below it",
+                "mail-service/src/error.rs:1: `error` and `model::email` import each other (back \
+                 at mail-service/src/model/email.rs:1); move what both need into one of them, or \
+                 into a module both use",
+                "mail-service/src/feedback/listener.rs:2: `feedback::listener` and `feedback::verp` \
+                 import each other (back at mail-service/src/feedback/verp.rs:3); move what both \
+                 need into one of them, or into a module both use",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_planted_circle_inside_mail_service_s_http_fails() {
+        let found = mail_messages(&[
+            file("http/mod.rs", "mod handlers;\nmod openapi;\n"),
+            file(
+                "http/handlers.rs",
+                "fn doc() { super::openapi::ApiDoc::openapi() }\n",
+            ),
+            file("http/openapi.rs", "use super::{handlers, list::List};\n"),
+            file("http/list.rs", "use crate::service::Page;\n"),
+        ]);
+        assert_eq!(
+            found,
+            [
+                "mail-service/src/http/handlers.rs:1: `http::handlers` and `http::openapi` import \
+                 each other (back at mail-service/src/http/openapi.rs:1); move what both need into \
+                 one of them, or into a module both use"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_module_of_the_table_that_the_crate_lacks_fails() {
+        let files = [file("clock.rs", ""), file("model/mod.rs", "")];
+        let found: Vec<String> =
+            unknown_modules(&mail_service(), Path::new("mail-service/src"), &files)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+        assert_eq!(found.len(), 7, "{found:#?}");
+        assert_eq!(
+            found[0],
+            "ARCHITECTURE.md:5: the layer table of mail-service names `metrics`, which is no \
+             module of mail-service/src"
+        );
+    }
+
+    /// Each crate of [`CRATES`] as it is, against its table in ARCHITECTURE.md.
+    #[test]
+    fn every_checked_tree_keeps_the_layers_architecture_md_shows() {
+        let root = crate::workspace_root();
+        let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+        for (name, src) in CRATES {
+            let layers = Layers::parse(&architecture, name).unwrap();
+            let files = read_tree(&root.join(src)).unwrap();
+            assert!(files.len() > 20, "read the tree of {name}");
+            let mut violations = unknown_modules(&layers, src.as_ref(), &files);
+            violations.extend(check(&layers, src.as_ref(), &files));
+            assert!(violations.is_empty(), "{name}: {violations:#?}");
+        }
     }
 }

@@ -59,7 +59,8 @@ enum Command {
     Release(release::Args),
     /// Check that the plugin component builds to the same bytes from scratch.
     Reproducible,
-    /// Check that host-sim's modules import only modules of lower layers.
+    /// Check that each checked crate's modules import only modules of lower
+    /// layers (the layer tables of ARCHITECTURE.md) and none in a circle.
     Layers,
     /// Run every test: build what tests need, then the whole test suite.
     Test(test::Args),

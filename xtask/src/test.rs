@@ -18,7 +18,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    crate::step("[1/8] host-sim's module layers");
+    crate::step("[1/8] module layers of host-sim and mail-service");
     layers::run()?;
 
     let toolchain = WasmToolchain::detect()?;

@@ -12,7 +12,7 @@ use crate::service::MailService;
 
 use super::error::ErrorBody;
 use super::extract::{DomainQueryParams, EmptyBody, FullAccess, IdPath, JsonBody};
-use super::handlers::List;
+use super::list::List;
 
 /// Body of `POST /domains`. Unknown properties are refused.
 #[derive(Debug, Serialize, ToSchema)]

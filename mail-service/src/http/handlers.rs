@@ -5,18 +5,19 @@ use axum::http::StatusCode;
 use axum::http::header::ETAG;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
 use crate::error::Error;
 use crate::model::{EmailPayload, EmailStatus, Recipients, RequestLog, Reschedule, StoredEmail};
-use crate::service::{BatchValidation, MailService, Page};
+use crate::service::{BatchValidation, MailService};
 
 use super::error::{ErrorBody, IdEntry};
 use super::extract::{
     BatchValidationHeader, EmailQueryParams, EmptyBody, FullAccess, IdPath, IdempotencyHeader,
     IfMatchHeader, JsonBody, LogQueryParams, Sender,
 };
+use super::list::List;
 
 /// `{id}` of an accepted email.
 #[derive(Debug, Serialize, ToSchema)]
@@ -134,33 +135,6 @@ pub struct LogEntry {
     pub user_agent: Option<String>,
     pub api_key_id: Option<String>,
     pub created_at: String,
-}
-
-/// A page of a list, newest first, in Resend's list shape with the
-/// contract's `nextCursor` beside it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct List<T> {
-    /// Always `list`.
-    pub object: &'static str,
-    pub data: Vec<T>,
-    /// Whether a next page exists (then `nextCursor` is set).
-    pub has_more: bool,
-    /// Pass as `cursor` for the next page; null on the last page.
-    #[serde(rename = "nextCursor")]
-    pub next_cursor: Option<String>,
-}
-
-impl<T> List<T> {
-    pub fn of<U>(page: Page<U>, f: impl FnMut(U) -> T) -> List<T> {
-        let has_more = page.has_more();
-        let page = page.map(f);
-        List {
-            object: "list",
-            data: page.items,
-            has_more,
-            next_cursor: page.next_cursor,
-        }
-    }
 }
 
 fn etag(revision: i64) -> [(axum::http::HeaderName, String); 1] {
@@ -463,11 +437,6 @@ pub async fn get_log(
     service: axum::extract::State<MailService>,
 ) -> Result<Json<LogEntry>, Error> {
     Ok(Json(log_entry(service.log(&caller, id).await?)))
-}
-
-/// The OpenAPI document, generated from these handlers and types.
-pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(super::openapi::ApiDoc::openapi())
 }
 
 pub async fn not_found() -> Error {

@@ -1,6 +1,6 @@
 //! HTTP layer: routing, the request middleware (request id, authentication,
-//! rate limit, request log), extractors, thin handlers and the OpenAPI
-//! document.
+//! rate limit, request log), extractors, thin handlers, the OpenAPI
+//! document, and the operator's `/metrics` listener (`metrics_listener`).
 
 mod analytics;
 mod domains;
@@ -8,6 +8,8 @@ pub mod error;
 pub mod extract;
 mod handlers;
 mod health;
+mod list;
+pub mod metrics_listener;
 pub mod openapi;
 mod suppressions;
 mod webhooks;
@@ -117,7 +119,7 @@ pub fn router(service: MailService) -> Router {
     Router::new()
         .merge(api.clone())
         .nest("/v1", api)
-        .route("/openapi.json", get(handlers::openapi))
+        .route("/openapi.json", get(openapi::document))
         .fallback(handlers::not_found)
         .layer(middleware::from_fn_with_state(service.clone(), observe))
         // Probes bypass the request middleware: no request log, no rate

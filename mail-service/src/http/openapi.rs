@@ -1,10 +1,13 @@
 //! The OpenAPI document: derived from the handlers' annotations and the
-//! request/response types, never written by hand.
+//! request/response types, never written by hand. It stands above the
+//! handlers it lists, and serves itself at `GET /openapi.json`.
 
+use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, IdEntry};
+use super::list::List;
 use super::{analytics, domains, handlers, suppressions, webhooks};
 
 #[derive(OpenApi)]
@@ -56,11 +59,11 @@ use super::{analytics, domains, handlers, suppressions, webhooks};
         handlers::EmailResource,
         handlers::EventEntry,
         handlers::EmailSummary,
-        handlers::List<handlers::EmailSummary>,
+        List<handlers::EmailSummary>,
         handlers::EmailChanged,
         crate::model::Reschedule,
         handlers::LogEntry,
-        handlers::List<handlers::LogEntry>,
+        List<handlers::LogEntry>,
         crate::service::Analytics,
         crate::service::EventCounts,
         crate::service::DaySeries,
@@ -69,11 +72,11 @@ use super::{analytics, domains, handlers, suppressions, webhooks};
         domains::DomainResource,
         domains::DomainChanged,
         crate::model::DnsRecord,
-        handlers::List<domains::DomainResource>,
+        List<domains::DomainResource>,
         suppressions::NewSuppression,
         suppressions::SuppressionEntry,
         suppressions::SuppressionDeleted,
-        handlers::List<suppressions::SuppressionEntry>,
+        List<suppressions::SuppressionEntry>,
         suppressions::SuppressionBatch<suppressions::SuppressionEntry>,
         suppressions::SuppressionBatch<suppressions::SuppressionDeleted>,
         webhooks::NewWebhook,
@@ -85,15 +88,20 @@ use super::{analytics, domains, handlers, suppressions, webhooks};
         webhooks::WebhookEventEntry,
         webhooks::WebhookAttemptEntry,
         webhooks::WebhookEventResource,
-        handlers::List<webhooks::WebhookResource>,
-        handlers::List<webhooks::WebhookEventEntry>,
-        handlers::List<webhooks::WebhookAttemptEntry>,
+        List<webhooks::WebhookResource>,
+        List<webhooks::WebhookEventEntry>,
+        List<webhooks::WebhookAttemptEntry>,
         ErrorBody,
         IdEntry,
     )),
     modifiers(&BearerAuth),
 )]
 pub struct ApiDoc;
+
+/// `GET /openapi.json`: the document, generated from the handlers and types.
+pub async fn document() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
 
 struct BearerAuth;
 

@@ -12,7 +12,7 @@ use crate::service::MailService;
 
 use super::error::ErrorBody;
 use super::extract::{FullAccess, JsonBody, KeyPath, SuppressionQueryParams};
-use super::handlers::List;
+use super::list::List;
 
 /// Body of `POST /suppressions`. Unknown properties are refused.
 #[derive(Debug, Serialize, ToSchema)]

@@ -15,7 +15,7 @@ use crate::store::{WebhookAttempt, WebhookEvent};
 
 use super::error::ErrorBody;
 use super::extract::{EmptyBody, EventPath, FullAccess, IdPath, JsonBody, WebhookListParams};
-use super::handlers::List;
+use super::list::List;
 
 /// Body of `POST /webhooks`. Unknown properties are refused.
 #[derive(Debug, Serialize, ToSchema)]

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::status::text_enum;
+
 text_enum!(
     /// What an API key may do.
     Permission, "permission" {

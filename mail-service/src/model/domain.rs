@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::JsonText;
 use crate::error::Error;
+use crate::status::text_enum;
 
 /// The return-path subdomain when none is given (Resend's default).
 pub const DEFAULT_RETURN_PATH: &str = "send";

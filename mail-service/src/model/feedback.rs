@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::status::text_enum;
+
 text_enum!(
     /// What a report said about one recipient.
     FeedbackKind, "feedback event" {

@@ -1,49 +1,13 @@
 //! Stored emails and request logs as the service reads them back, with their
-//! statuses as enums. Statuses are stored as text and parsed on every read:
+//! statuses as enums (`EmailStatus` stands below the error, in
+//! `crate::status`). Statuses are stored as text and parsed on every read:
 //! a value the code does not know is an error, never a default.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::EmailPayload;
-
-text_enum!(
-    /// Where an email stands.
-    EmailStatus, "email status" {
-        /// Waiting for its `scheduled_at`; can be rescheduled or canceled.
-        Scheduled = "scheduled",
-        /// Stored and being handed to the provider (holds a lease).
-        Sending = "sending",
-        /// The provider accepted it.
-        Sent = "sent",
-        /// The provider did not accept it; it was not sent.
-        Failed = "failed",
-        /// The handoff's outcome is not known; it may have been sent.
-        Unknown = "unknown",
-        /// Not sent: canceled while scheduled, or a batch item after one
-        /// that failed.
-        Canceled = "canceled",
-        /// Not handed off: every recipient was on the tenant's suppression
-        /// list when its handoff was due.
-        Suppressed = "suppressed",
-    }
-);
-
-impl EmailStatus {
-    /// The nearest value of Resend's `last_event` vocabulary; `status`
-    /// keeps the exact state beside it. `sending` and `unknown` are
-    /// `queued`: accepted, and not known to be sent or failed.
-    pub fn last_event(self) -> &'static str {
-        match self {
-            EmailStatus::Scheduled => "scheduled",
-            EmailStatus::Sending | EmailStatus::Unknown => "queued",
-            EmailStatus::Sent => "sent",
-            EmailStatus::Failed => "failed",
-            EmailStatus::Canceled => "canceled",
-            EmailStatus::Suppressed => "suppressed",
-        }
-    }
-}
+use crate::status::{EmailStatus, text_enum};
 
 text_enum!(
     /// Where an idempotency reservation stands.

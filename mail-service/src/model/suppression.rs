@@ -6,6 +6,7 @@ use lettre::Address;
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::status::text_enum;
 
 /// Longest `reason` accepted.
 pub const MAX_SUPPRESSION_REASON_CHARS: usize = 256;

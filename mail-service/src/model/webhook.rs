@@ -8,6 +8,7 @@ use base64::engine::general_purpose::STANDARD;
 use rand::RngCore;
 
 use crate::error::Error;
+use crate::status::text_enum;
 
 use super::UnknownValue;
 
