@@ -6,8 +6,10 @@
 //! rows read with `sqlx::FromRow`) and `transport` (SMTP via lettre, or
 //! files). `http` holds the router, the middleware, the
 //! extractors and the one `IntoResponse` for `error::Error`. `smtp_sink` is
-//! the loopback SMTP server used by tests.
+//! the loopback SMTP server used by tests. `backup` is the operator's
+//! online copy of the SQLite database.
 
+pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod error;
