@@ -128,18 +128,27 @@ impl Default for ProgressPrinter {
 }
 
 impl ProgressPrinter {
+    /// Prints `progress` on stderr unless a line was printed (or the
+    /// backup began) less than a second ago.
     pub fn report(&mut self, progress: Progress) {
-        if self.last.elapsed() < Duration::from_secs(1) || progress.total == 0 {
-            return;
+        if let Some(line) = self.line_at(progress, Instant::now()) {
+            eprintln!("{line}");
         }
-        self.last = Instant::now();
-        eprintln!(
+    }
+
+    /// The line to print for `progress` at `now`, if one is due.
+    pub fn line_at(&mut self, progress: Progress, now: Instant) -> Option<String> {
+        if now.duration_since(self.last) < Duration::from_secs(1) || progress.total == 0 {
+            return None;
+        }
+        self.last = now;
+        Some(format!(
             "backup: {}% ({} of {} pages, {:.0} s)",
             progress.copied * 100 / progress.total,
             progress.copied,
             progress.total,
-            self.started.elapsed().as_secs_f64()
-        );
+            now.duration_since(self.started).as_secs_f64()
+        ))
     }
 }
 

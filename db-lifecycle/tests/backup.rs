@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use db_lifecycle::{BackupError, EXIT_USAGE, Progress, backup_sqlite};
+use db_lifecycle::{BackupError, EXIT_USAGE, Progress, ProgressPrinter, backup_sqlite};
 use rusqlite::Connection;
 
 /// The pages the backup copies per step (4 MiB of 4 KiB pages).
@@ -149,5 +149,34 @@ fn the_report_names_the_master_keys_the_copy_needs() {
         report
             .summary()
             .contains("aaaa000011112222, bbbb000011112222")
+    );
+}
+
+#[test]
+fn progress_is_printed_at_most_once_a_second() {
+    let mut printer = ProgressPrinter::default();
+    let start = Instant::now();
+    let half = Progress {
+        copied: 512,
+        total: 1024,
+    };
+    assert_eq!(
+        printer.line_at(half, start),
+        None,
+        "a small backup prints none"
+    );
+    let later = start + Duration::from_millis(1500);
+    assert_eq!(
+        printer.line_at(half, later).as_deref(),
+        Some("backup: 50% (512 of 1024 pages, 2 s)")
+    );
+    assert_eq!(
+        printer.line_at(half, later + Duration::from_millis(500)),
+        None
+    );
+    assert!(
+        printer
+            .line_at(half, later + Duration::from_secs(1))
+            .is_some()
     );
 }
