@@ -31,12 +31,13 @@ mod exit {
     pub const DNS_RETRY: u8 = 8;
     pub const TLS_TIMEOUT: u8 = 9;
     pub const CERTIFICATE_WARNING: u8 = 10;
+    pub const SCHEMA_TOO_NEW: u8 = db_lifecycle::EXIT_SCHEMA_TOO_NEW;
 }
 
 const EXIT_CODES: &str = "Exit codes:
   0  success
   1  the operation failed (state, I/O, internal error, extension error)
-  2  usage error (bad arguments or values)
+  2  usage error (bad arguments or values; `backup` to a file that exists)
   3  refused: release verification failed, or an invocation was
      unauthenticated / forbidden, or a tracking-domain step refused
      (hostname rules, bound elsewhere, steps out of order)
@@ -46,7 +47,9 @@ const EXIT_CODES: &str = "Exit codes:
   7  a DNS record is missing or wrong (tracking-domain verify)
   8  a DNS lookup failed, retry later (tracking-domain verify)
   9  no valid certificate before the timeout (tracking-domain wait-tls)
-  10 a tracking hostname's certificate expires soon or cannot be checked (tracking-domain check)";
+  10 a tracking hostname's certificate expires soon or cannot be checked (tracking-domain check)
+  11 the state's schema is newer than this binary (a newer release migrated
+     it): run that release, or restore the backup taken before the upgrade";
 
 #[derive(Parser)]
 #[command(
@@ -156,6 +159,15 @@ enum Command {
     /// forget.
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// Copy the live state database to a new file while the host serves
+    /// (SQLite's online backup: one consistent snapshot, checked). Restore:
+    /// stop the host, put the copy in place of the database (or pass --db
+    /// naming it) with the master key it was written with.
+    Backup {
+        /// The file to write; it must not exist.
+        #[arg(long)]
+        to: PathBuf,
+    },
     /// Serve the extension API, the MCP server and the console over HTTP until Ctrl-C.
     Serve {
         /// Address to listen on (port 0 picks a free port; the first line on stdout names it).
@@ -226,6 +238,10 @@ fn main() -> ExitCode {
         command => {
             let mut config = HostConfig::new(&state_dir);
             config.db_path = db;
+            // Reads the database only: the host is not opened.
+            if let Command::Backup { to } = &command {
+                return cli::backup::run(&config.db_path(), to);
+            }
             config.trust_dir = trust_dir;
             if let Some(file) = master_key_file {
                 config.master_key = host_sim::state::MasterKeySource::File(file);
@@ -244,7 +260,12 @@ fn run_on_host(config: HostConfig, command: Command) -> ExitCode {
                 "error: cannot open the host state in {}: {e}",
                 state_dir.display()
             );
-            return ExitCode::from(exit::FAILED);
+            return ExitCode::from(match e {
+                HostError::State(host_sim::state::StateError::SchemaTooNew(_)) => {
+                    exit::SCHEMA_TOO_NEW
+                }
+                _ => exit::FAILED,
+            });
         }
     };
     finish(run(&std::sync::Arc::new(host), command))
@@ -351,7 +372,10 @@ fn run(host: &std::sync::Arc<Host>, command: Command) -> Result<ExitCode, CliErr
                 &banner,
             ));
         }
-        Command::Publisher(_) | Command::Dev(_) | Command::Release(ReleaseCommand::Sign { .. }) => {
+        Command::Publisher(_)
+        | Command::Dev(_)
+        | Command::Backup { .. }
+        | Command::Release(ReleaseCommand::Sign { .. }) => {
             unreachable!("answered before the host state is opened")
         }
         Command::Release(ReleaseCommand::Verify { dir }) => {

@@ -8,8 +8,10 @@
 //! (SQLite/PostgreSQL), `transport` (SMTP via lettre, or files), `feedback`
 //! (return-path tokens, reading reports); `service` (no HTTP); `http` (the
 //! router, the middleware, the extractors, the one `IntoResponse` for
-//! `error::Error`) and `feedback::listener`; `config` (the CLI's options).
+//! `error::Error`) and `feedback::listener`; `config` (the CLI's options)
+//! and `backup` (the operator's online copy of the SQLite database).
 
+pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod error;

@@ -14,8 +14,22 @@ use mail_service::smtp_sink::{SinkMode, SmtpSink};
 use mail_service::store::Store;
 use mail_service::transport::Transport;
 
+const EXIT_CODES: &str = "Exit codes:
+  0  success
+  1  the command failed (storage, I/O, a refused master key, ...)
+  2  usage error: bad arguments; `backup` on PostgreSQL (use pg_dump) or
+     to a file that exists
+  11 the database's schema is newer than this binary (a newer release
+     migrated it): run that release, or restore the backup taken before
+     the upgrade";
+
 #[derive(Parser)]
-#[command(name = "mail-service", version, about = "Transactional mail HTTP API")]
+#[command(
+    name = "mail-service",
+    version,
+    about = "Transactional mail HTTP API",
+    after_help = EXIT_CODES
+)]
 struct Cli {
     #[command(flatten)]
     storage: StorageArgs,
@@ -61,6 +75,16 @@ enum Command {
     /// signing secrets, the return-path tag key).
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// Copy the live SQLite database to a new file while the service
+    /// serves (SQLite's online backup: one consistent snapshot, checked).
+    /// Restore: stop the node, put the copy in place of `<data-dir>/mail.db`
+    /// (or point --data-dir at its directory) with the master key it was
+    /// written with. PostgreSQL: use pg_dump (exit 2 says how).
+    Backup {
+        /// The file to write; it must not exist.
+        #[arg(long)]
+        to: std::path::PathBuf,
+    },
     /// Run a loopback SMTP sink (for trying the SMTP transport locally).
     SmtpSink {
         #[arg(long, default_value_t = 2525)]
@@ -218,8 +242,19 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// The exit code of a failed command (see `EXIT_CODES`).
+fn exit_code(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<db_lifecycle::SchemaTooNew>().is_some() {
+        return db_lifecycle::EXIT_SCHEMA_TOO_NEW;
+    }
+    match e.downcast_ref::<mail_service::backup::BackupRefused>() {
+        Some(refused) => refused.exit_code(),
+        None => 1,
     }
 }
 
@@ -414,6 +449,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let store = Store::open(&cli.storage.storage(), &cli.storage.master_key()).await?;
             store.forget_master_key(&key_id).await?;
             eprintln!("{}", secrets_at_rest::wording::forgotten(&key_id));
+        }
+        Command::Backup { to } => {
+            let report = mail_service::backup::backup(&cli.storage.storage(), &to).await?;
+            eprintln!("{}", report.summary());
         }
         Command::SmtpSink { port, mode } => {
             let sink = SmtpSink::start(port, mode).await?;

@@ -61,6 +61,29 @@ impl MasterKeySource {
     }
 }
 
+impl MasterKeySource {
+    /// [`MasterKeySource::load`] for a database (named `database` in
+    /// messages) that lists the master keys `known`: beside such a
+    /// database the default key file is never made, since a new key would
+    /// only be refused (a backup restored without its key).
+    pub fn load_for(
+        &self,
+        dir: &Path,
+        known: &[String],
+        database: &str,
+    ) -> Result<LoadedKey, KeyError> {
+        let file = dir.join(DEFAULT_KEY_FILE);
+        if *self == MasterKeySource::BesideData && !known.is_empty() && !file.exists() {
+            return Err(KeyError::MissingForDatabase {
+                path: file.display().to_string(),
+                database: database.to_string(),
+                known: known.join(", "),
+            });
+        }
+        self.load(dir)
+    }
+}
+
 /// What a process does with the key it was started with, given the keys a
 /// database lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +99,7 @@ pub enum Adoption {
 /// is written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the master key {label} (id {held}) is not a key of this database (its keys: {known}); refusing to start, nothing was changed; pass --master-key-file naming the database's key"
+    "the master key {label} (id {held}) is not a key of this database (its keys: {known}); refusing to start, nothing was changed; pass --master-key-file naming the database's key (a database restored from a backup needs the master key it was written with)"
 )]
 pub struct UnknownMasterKey {
     pub label: String,

@@ -51,6 +51,17 @@ pub enum KeyError {
     Random,
     #[error("key {key_id}: the stored copy of this master key could not be unwrapped")]
     Unwrap { key_id: String },
+    /// The embedded default's key file is missing beside a database whose
+    /// secrets are sealed (a backup restored without its key): no new key
+    /// is made, which would only be refused.
+    #[error(
+        "{database} holds secrets sealed under master key {known}, and there is no key file at {path}: a database restored from a backup needs the master key it was written with; put that key's file there or pass --master-key-file naming it; refusing to start, nothing was changed"
+    )]
+    MissingForDatabase {
+        path: String,
+        database: String,
+        known: String,
+    },
 }
 
 /// Why a sealed value was refused. Never shows the value.

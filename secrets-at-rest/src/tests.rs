@@ -131,9 +131,34 @@ fn a_database_takes_its_first_key_and_its_own_keys_only() {
         refused.contains(&format!("the master key /keys/two (id {})", two.id()))
             && refused.contains(one.id())
             && refused.contains("nothing was changed")
-            && refused.contains("--master-key-file"),
+            && refused.contains("--master-key-file")
+            && refused.contains("restored from a backup needs the master key it was written with"),
         "{refused}"
     );
+}
+
+#[test]
+fn beside_a_database_with_keys_no_key_file_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(DEFAULT_KEY_FILE);
+    let known = vec!["0123456789abcdef".to_string()];
+    let e = MasterKeySource::BesideData
+        .load_for(dir.path(), &known, "restored/mail.db")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("restored/mail.db holds secrets sealed under master key 0123456789abcdef")
+            && e.contains(&file.display().to_string())
+            && e.contains("needs the master key it was written with")
+            && e.contains("nothing was changed"),
+        "{e}"
+    );
+    assert!(!file.exists(), "no key was made");
+    // A new database (no keys yet) gets its key made, as before.
+    let loaded = MasterKeySource::BesideData
+        .load_for(dir.path(), &[], "new.db")
+        .unwrap();
+    assert!(loaded.created.is_some() && file.exists());
 }
 
 #[test]

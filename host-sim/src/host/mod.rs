@@ -166,9 +166,16 @@ impl Host {
             .map_err(|e| HostError::Sandbox(format!("cannot write {}: {e}", marker.display())))?;
         }
         let development = marker.exists();
+        // A newer schema is refused, and a missing key file not made beside
+        // a state whose secrets are sealed, before anything is written.
+        let known_keys = state::inspect(&db_path)?;
         let key = config
             .master_key
-            .load(&config.state_dir)
+            .load_for(
+                &config.state_dir,
+                &known_keys,
+                &db_path.display().to_string(),
+            )
             .map_err(StateError::from)?;
         if let Some(file) = &key.created
             && !development

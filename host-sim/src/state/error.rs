@@ -41,6 +41,10 @@ pub enum StateError {
     Rotation(#[from] secrets_at_rest::RotationRefused),
     #[error(transparent)]
     Forget(#[from] secrets_at_rest::ForgetRefused),
+    /// A state a newer release migrated: refused before anything is
+    /// written.
+    #[error(transparent)]
+    SchemaTooNew(#[from] db_lifecycle::SchemaTooNew),
     /// A stored value this host cannot read.
     #[error("the state holds an unreadable value: {0}")]
     Corrupt(String),

@@ -26,6 +26,7 @@ pub mod oauth;
 pub mod releases;
 mod schema;
 mod secrets;
+pub use schema::inspect;
 pub mod settings;
 pub mod snapshot;
 pub mod steps;
@@ -105,7 +106,9 @@ impl State {
     /// Opens (creating if needed) the database at `path`, migrates it and
     /// adopts the master `key` (read from `label`): on the first open with
     /// a key, plain-text secrets are sealed under it in one transaction; a
-    /// key the state does not know is refused before anything is written.
+    /// key the state does not know, and a schema newer than this host's
+    /// ([`StateError::SchemaTooNew`]), are refused before anything is
+    /// written.
     pub fn open(path: &Path, key: MasterKey, label: &str) -> Result<Self> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| StateError::Io {
@@ -114,6 +117,7 @@ impl State {
             })?;
         }
         let mut conn = Connection::open(path)?;
+        schema::refuse_newer(&conn, path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;

@@ -1,7 +1,11 @@
 //! The database schema and its migrations (`PRAGMA user_version` counts
 //! the applied ones).
 
-use rusqlite::{Connection, TransactionBehavior};
+use std::path::Path;
+use std::time::Duration;
+
+use db_lifecycle::SchemaTooNew;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::error::Result;
 
@@ -221,6 +225,47 @@ pub(super) const LATEST: i64 = MIGRATIONS.len() as i64;
 pub(super) fn version(conn: &Connection) -> Result<i64> {
     conn.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |_| Ok(()))?;
     Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+}
+
+/// Refuses a database a newer release migrated (its `user_version` past
+/// the migrations this host knows), before anything is written.
+pub(super) fn refuse_newer(conn: &Connection, path: &Path) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    SchemaTooNew::check(path.display(), version, LATEST)?;
+    Ok(())
+}
+
+/// What the existing database at `path` is, looked at without writing to
+/// it (nor creating it): refused when its schema is newer than this host's;
+/// otherwise the ids of the master keys it lists, oldest first (none for a
+/// new state).
+pub fn inspect(path: &Path) -> Result<Vec<String>> {
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "query_only", true)?;
+    refuse_newer(&conn, path)?;
+    let has_keys = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'master_keys'",
+            [],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some();
+    if !has_keys {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare("SELECT id FROM master_keys ORDER BY seq")?;
+    let ids = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(ids)
 }
 
 /// Applies the migrations the database has not seen, in one transaction.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Db, Store};
+use super::{Db, Store, schema};
 use crate::error::Error;
 
 /// How long a readiness check waits for the database.
@@ -26,17 +26,10 @@ impl Store {
     /// `Ok` when the database answers within 2 s and has every migration
     /// this build carries; otherwise why not, for the operator.
     pub async fn readiness(&self) -> Result<(), String> {
-        let expected = match &self.db {
-            Db::Sqlite { .. } => sqlx::migrate!("./migrations/sqlite")
-                .iter()
-                .map(|m| m.version)
-                .max(),
-            Db::Postgres { .. } => sqlx::migrate!("./migrations/postgres")
-                .iter()
-                .map(|m| m.version)
-                .max(),
-        }
-        .unwrap_or(0);
+        let expected = schema::known(match &self.db {
+            Db::Sqlite { .. } => &schema::SQLITE_MIGRATIONS,
+            Db::Postgres { .. } => &schema::POSTGRES_MIGRATIONS,
+        });
         const SQL: &str = "SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success";
         let applied = tokio::time::timeout(READY_TIMEOUT, async {
             Ok::<i64, sqlx::Error>(on_db!(self, pool => {

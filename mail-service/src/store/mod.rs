@@ -22,6 +22,7 @@
 
 mod postgres;
 mod records;
+mod schema;
 mod sqlite;
 mod sqlite_reads;
 mod unit;
@@ -169,7 +170,9 @@ impl Store {
 
     /// Opens the database, applies pending migrations and adopts the master
     /// key: on the first start with a key, plain-text secrets are sealed
-    /// under it; a key the database does not know is refused before
+    /// under it; a key the database does not know, a missing key file
+    /// beside a database whose secrets are sealed, and a schema newer than
+    /// this binary's ([`db_lifecycle::SchemaTooNew`]) are refused before
     /// anything is written.
     pub async fn open(config: &StorageConfig, key: &MasterKeySource) -> anyhow::Result<Store> {
         let dir = match config {
@@ -183,11 +186,12 @@ impl Store {
                 Path::new(".")
             }
         };
+        let existing = schema::inspect(config).await?.unwrap_or_default();
         let secrets_at_rest::LoadedKey {
             key,
             label,
             created,
-        } = key.load(dir)?;
+        } = key.load_for(dir, &existing.master_keys, &schema::describe(config))?;
         if let Some(file) = created {
             eprintln!("{}", secrets_at_rest::wording::key_created(&file));
         }
@@ -220,9 +224,7 @@ impl Store {
             .busy_timeout(busy_timeout)
             .foreign_keys(true);
         let mut migrator = options.connect().await?;
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&mut migrator)
-            .await?;
+        schema::SQLITE_MIGRATIONS.run(&mut migrator).await?;
         migrator.close().await?;
         // Every write goes through the writer; the readers cannot write.
         let reads = SqlitePoolOptions::new()
@@ -267,7 +269,7 @@ impl Store {
                 .connect_lazy_with(options)
         };
         let writes = pool(max_connections, options.clone());
-        sqlx::migrate!("./migrations/postgres").run(&writes).await?;
+        schema::POSTGRES_MIGRATIONS.run(&writes).await?;
         let reads = pool(
             (max_connections / 2).max(2),
             options.options([("synchronous_commit", "off")]),
