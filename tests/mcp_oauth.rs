@@ -227,9 +227,14 @@ fn the_authorization_request_refuses_what_oauth_2_1_forbids() {
     assert_eq!(error, "invalid_target");
     assert!(description.contains("/mcp"), "{description}");
 
-    // A redirect URI the client did not register: shown, never redirected to.
+    // A redirect URI the client did not register (another path; on a
+    // loopback address only the port may differ): shown, never redirected to.
     let mismatch = authorize_path(&client_id, &pkce.challenge, Some("S256"), "s1")
-        .replace("127.0.0.1%3A9", "127.0.0.1%3A10");
+        .replace("127.0.0.1%3A9%2Fcallback", "127.0.0.1%3A9%2Fother");
+    assert_ne!(
+        mismatch,
+        authorize_path(&client_id, &pkce.challenge, Some("S256"), "s1")
+    );
     let page = s.web.get(&mismatch, Some(&cookie));
     assert_eq!(page.status().as_u16(), 400);
     assert!(page.headers().get("location").is_none());

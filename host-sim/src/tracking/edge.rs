@@ -338,4 +338,3 @@ fn rustls_error(error: &reqwest::Error) -> Option<&rustls::Error> {
     }
     None
 }
-
