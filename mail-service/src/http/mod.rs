@@ -1,6 +1,6 @@
 //! HTTP layer: routing, the request middleware (request id, authentication,
-//! rate limit, request log), extractors, thin handlers and the OpenAPI
-//! document.
+//! rate limit, request log, the rest of a body a handler left unread),
+//! extractors, thin handlers and the OpenAPI document.
 
 mod analytics;
 mod domains;
@@ -10,6 +10,7 @@ mod handlers;
 mod health;
 pub mod openapi;
 mod suppressions;
+mod unread;
 mod webhooks;
 
 use std::time::Instant;
@@ -213,6 +214,9 @@ async fn observe_in(
         Err(e) => AuthState::Refused(e),
     });
     req.extensions_mut().insert(RequestId(request_id));
+    let version = req.version();
+    let unread = unread::Unread::default();
+    let req = unread.watch(req);
     let (mut response, rate) = REQUEST_ID
         .scope(request_id, async {
             match begun.rate {
@@ -221,6 +225,7 @@ async fn observe_in(
             }
         })
         .await;
+    unread.settle(version, &mut response).await;
     let headers = response.headers_mut();
     if let Some(RateStatus {
         limit,
