@@ -127,6 +127,27 @@ pub fn router(service: MailService) -> Router {
         .with_state(service)
 }
 
+/// Every route template the router serves with its methods, as the
+/// request metrics label them: each path of the OpenAPI document (which
+/// `tests/api.rs` holds to the routes) at the root and under `/v1`, and
+/// the document itself.
+pub fn served_routes() -> Vec<(String, &'static str)> {
+    use utoipa::OpenApi;
+    let document = serde_json::to_value(openapi::ApiDoc::openapi()).unwrap_or_default();
+    let mut routes = vec![("/openapi.json".to_string(), "GET")];
+    let paths = document["paths"].as_object().into_iter().flatten();
+    for (path, item) in paths {
+        let methods = item.as_object().into_iter().flat_map(|ops| ops.keys());
+        for method in methods.map(|m| crate::metrics::method_label(&m.to_uppercase())) {
+            if method != "other" {
+                routes.push((path.clone(), method));
+                routes.push((format!("/v1{path}"), method));
+            }
+        }
+    }
+    routes
+}
+
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get("authorization")?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
