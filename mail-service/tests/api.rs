@@ -606,7 +606,15 @@ async fn a_refused_request_with_a_body_keeps_or_closes_its_connection_openly(b: 
         let second = format!(
             "GET /emails HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer ms_not_a_key\r\n\r\n"
         );
-        write.write_all(second.as_bytes()).await.unwrap();
+        let dropped = |e: std::io::Error| -> ! {
+            panic!(
+                "round {round}: the connection was dropped after the 401 without `Connection: close` ({e})"
+            )
+        };
+        write
+            .write_all(second.as_bytes())
+            .await
+            .unwrap_or_else(|e| dropped(e));
         let answer = tokio::time::timeout(wait, read_answer(&mut read))
             .await
             .expect("an answer in time");
