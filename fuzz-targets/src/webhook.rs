@@ -11,8 +11,9 @@ const FIELD: &str = "endpoint";
 
 /// First byte even: the rest is a URL as a stranger writes it. Odd: the
 /// rest picks an address and a way of writing it (decimal, octal, hex,
-/// short forms, IPv4-mapped and NAT64 IPv6, trailing dot, userinfo,
-/// full-width digits, percent-encoding, expanded IPv6), which must be
+/// short forms, IPv4-mapped, NAT64 (well-known and local-use), 6to4 and
+/// Teredo IPv6, trailing dot, userinfo, full-width digits,
+/// percent-encoding, expanded IPv6), which must be
 /// judged as the plain address is. Either way, an accepted URL whose
 /// connection goes to an address without a DNS look-up (its host is an
 /// address literal, or a name a resolver reads as one) goes to one that
@@ -156,7 +157,8 @@ fn written(address: IpAddr, form: u8) -> String {
     };
     let [a, b, c, d] = v4.octets();
     let n = u32::from(v4);
-    match form % 16 {
+    let (high, low) = (n >> 16, n & 0xffff);
+    match form % 21 {
         0 => v4.to_string(),
         1 => n.to_string(),
         2 => format!("0x{n:x}"),
@@ -183,7 +185,20 @@ fn written(address: IpAddr, form: u8) -> String {
             .collect(),
         13 => format!("0x{a:02x}.0x{b:02x}.0x{c:02x}.0x{d:02x}"),
         14 => format!("[::{v4}]"),
-        _ => format!("{v4}.:443"),
+        15 => format!("{v4}.:443"),
+        // 6to4 (2002:AABB:CCDD::/48).
+        16 => format!("[2002:{high:x}:{low:x}::1]"),
+        // NAT64's local-use prefix, at its /96 and its /48 position.
+        17 => format!("[64:ff9b:1::{v4}]"),
+        18 => format!(
+            "[64:ff9b:1:{:x}:{c:x}:{:x}00::]",
+            u16::from_be_bytes([a, b]),
+            d
+        ),
+        // Teredo: the client inverted in the last 32 bits, a public server.
+        19 => format!("[2001:0:5db8:d822::{:x}:{:x}]", !n >> 16, !n & 0xffff),
+        // Teredo: the address as the server.
+        _ => format!("[2001:0:{high:x}:{low:x}::a247:27dd]"),
     }
 }
 

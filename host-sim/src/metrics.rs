@@ -27,6 +27,21 @@ pub const PREPARED: &str = "host_sim_prepared_stores_total";
 pub const PREPARED_USED: &str = "host_sim_prepared_stores_used_total";
 pub const INGRESS: &str = "host_sim_tracking_ingress_requests_total";
 
+/// `host_sim_invocation_refusals_total`'s kinds.
+pub const REFUSAL_KINDS: &[&str] = &[
+    "authentication",
+    "access",
+    "grant",
+    "approval",
+    "generation",
+    "scope",
+];
+/// The outcomes of an invocation refused before its release declared the
+/// extension and action (counted as `unresolved`).
+pub const UNRESOLVED_OUTCOMES: &[&str] = &["unauthenticated", "forbidden", "not_found"];
+/// `host_sim_tracking_ingress_requests_total`'s outcomes.
+pub const INGRESS_OUTCOMES: &[&str] = &["forwarded", "failed", "refused"];
+
 /// host-sim's metrics for the shared recorder: every histogram is a
 /// latency (`ops_metrics::LATENCY_BUCKETS`).
 const PROFILE: Profile = Profile {
@@ -80,6 +95,38 @@ fn describe() {
         INGRESS,
         "Requests to a tracking hostname, by outcome: forwarded (the provider answered), failed (it did not), refused (not an exposed request)."
     );
+    export_from_start();
+}
+
+/// Creates, at 0, every series whose labels are known before anything
+/// happened, so that a quiet host exports its families from the start
+/// (`rate()` and absence alerts read it right): the refusal kinds, the
+/// tracking ingress outcomes, and the invocations of the `unresolved`
+/// extension and action with the outcomes they can have. The binding
+/// families are labelled with the names releases declare, so they appear
+/// with the first binding call; the pool's are read at each scrape.
+fn export_from_start() {
+    for kind in REFUSAL_KINDS {
+        metrics::counter!(REFUSALS, "kind" => *kind).increment(0);
+    }
+    for outcome in INGRESS_OUTCOMES {
+        metrics::counter!(INGRESS, "outcome" => *outcome).increment(0);
+    }
+    // A histogram registered is shown, empty, until its first observation.
+    let _ = metrics::histogram!(
+        INVOCATION_DURATION,
+        "extension" => "unresolved",
+        "action" => "unresolved"
+    );
+    for outcome in UNRESOLVED_OUTCOMES {
+        metrics::counter!(
+            INVOCATIONS,
+            "extension" => "unresolved",
+            "action" => "unresolved",
+            "outcome" => *outcome
+        )
+        .increment(0);
+    }
 }
 
 /// A duration histogram and its counters by one more label, of one series

@@ -115,6 +115,84 @@ fn invocations_and_refusals_are_counted_without_naming_a_project_or_token() {
     }
 }
 
+/// The metric families the README documents (its table's first column).
+fn documented_families() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let table = readme
+        .split_once("| Metric | Type | Labels |")
+        .expect("the README's metrics table")
+        .1;
+    table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .flat_map(|line| {
+            let first = line.split('|').nth(1).unwrap_or_default();
+            first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A host that has served nothing yet exports every documented family
+/// (read from the README, so the two cannot drift apart) with its closed
+/// label sets at 0; only the binding families, labelled with names the
+/// releases declare, wait for their first call (the README says so).
+#[test]
+fn every_documented_family_is_exported_from_the_start() {
+    const BINDING_FAMILIES: [&str; 2] = [
+        "host_sim_binding_calls_total",
+        "host_sim_binding_call_duration_seconds",
+    ];
+    let families = documented_families();
+    assert!(families.len() >= 10, "{families:?}");
+    let env = TestEnv::new();
+    env.install();
+    let served = ServeProcess::start(&env.state_dir(), "warn");
+    let exposition = served.exposition();
+    for family in families
+        .iter()
+        .filter(|f| !BINDING_FAMILIES.contains(&f.as_str()))
+    {
+        assert!(
+            exposition
+                .lines()
+                .any(|l| l.starts_with(&format!("# TYPE {family} "))),
+            "{family} is not exported at start:\n{exposition}"
+        );
+    }
+    for kind in host_sim::metrics::REFUSAL_KINDS {
+        let series = format!("host_sim_invocation_refusals_total{{kind=\"{kind}\"}} 0");
+        assert!(
+            exposition.lines().any(|l| l == series),
+            "{series}:\n{exposition}"
+        );
+    }
+    for outcome in host_sim::metrics::INGRESS_OUTCOMES {
+        let series = format!("host_sim_tracking_ingress_requests_total{{outcome=\"{outcome}\"}} 0");
+        assert!(
+            exposition.lines().any(|l| l == series),
+            "{series}:\n{exposition}"
+        );
+    }
+    for outcome in host_sim::metrics::UNRESOLVED_OUTCOMES {
+        let series = format!(
+            "host_sim_invocations_total{{extension=\"unresolved\",action=\"unresolved\",outcome=\"{outcome}\"}} 0"
+        );
+        assert!(
+            exposition.lines().any(|l| l == series),
+            "{series}:\n{exposition}"
+        );
+    }
+    if let Some(problems) = promtool_problems(&exposition) {
+        assert_eq!(problems, "", "promtool check metrics:\n{exposition}");
+    }
+}
+
 #[test]
 fn readyz_is_503_while_the_state_database_is_gone_or_behind_and_200_after() {
     let env = TestEnv::new();

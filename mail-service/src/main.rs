@@ -274,6 +274,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let store = Store::open(&cli.storage.storage(), &cli.storage.master_key()).await?;
+            let backend = store.backend();
             let transport = args.transport(&cli.storage).map_err(anyhow::Error::msg)?;
             tracing::info!(storage = store.backend(), transport = %transport.describe(), listen = %args.listen, "starting");
             let service = MailService::start(
@@ -287,7 +288,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(addr) = &args.metrics_listen {
                 let listener = tokio::net::TcpListener::bind(addr).await?;
                 eprintln!("metrics on http://{}/metrics", listener.local_addr()?);
-                mail_service::http::metrics_listener::spawn(listener, service.clone());
+                let from_start = mail_service::metrics::FromStart {
+                    routes: mail_service::http::served_routes(),
+                    sqlite: backend == "sqlite",
+                };
+                mail_service::http::metrics_listener::spawn(listener, service.clone(), &from_start);
             }
             let _feedback = match &args.feedback_listen {
                 None => None,

@@ -126,3 +126,75 @@ pub fn method_label(method: &str) -> &'static str {
         _ => "other",
     }
 }
+
+/// `mail_emails_accepted_total`'s outcomes.
+pub const ACCEPTED_OUTCOMES: &[&str] = &[
+    "sent",
+    "scheduled",
+    "suppressed",
+    "failed",
+    "unknown",
+    "canceled",
+];
+/// `mail_handoff_duration_seconds`' outcomes.
+pub const HANDOFF_OUTCOMES: &[&str] = &["sent", "suppressed", "failed", "unknown"];
+/// `mail_webhook_delivery_attempts_total`'s results.
+pub const WEBHOOK_RESULTS: &[&str] = &[
+    "delivered",
+    "http_status",
+    "timeout",
+    "connect",
+    "dns",
+    "forbidden_address",
+    "request",
+];
+/// `mail_feedback_reports_total`'s outcomes.
+pub const FEEDBACK_OUTCOMES: &[&str] = &["applied", "quarantined", "duplicate"];
+
+/// What `/metrics` shows from the start, before anything happened.
+pub struct FromStart {
+    /// The route templates and methods the API serves
+    /// (`http::served_routes`).
+    pub routes: Vec<(String, &'static str)>,
+    /// Whether the SQLite writer runs (its histograms exist only then).
+    pub sqlite: bool,
+}
+
+/// Creates every documented series whose labels are known in advance, at
+/// 0, so that a quiet service exports every family from its start and
+/// `rate()` and absence alerts read it right: each closed set of outcomes
+/// and results, the rate-limit counter, and for every route and method the
+/// API serves its latency histogram and its request counter with
+/// `status="200"` (other statuses appear with their first answer). The
+/// queue gauges are read at each scrape.
+pub fn export_from_start(from_start: &FromStart) {
+    for outcome in ACCEPTED_OUTCOMES {
+        metrics::counter!(EMAILS_ACCEPTED, "outcome" => *outcome).increment(0);
+    }
+    for outcome in HANDOFF_OUTCOMES {
+        // A histogram registered is shown, empty, until its first
+        // observation.
+        let _ = metrics::histogram!(HANDOFF_DURATION, "outcome" => *outcome);
+    }
+    for result in WEBHOOK_RESULTS {
+        metrics::counter!(WEBHOOK_ATTEMPTS, "result" => *result).increment(0);
+    }
+    for outcome in FEEDBACK_OUTCOMES {
+        metrics::counter!(FEEDBACK_REPORTS, "outcome" => *outcome).increment(0);
+    }
+    metrics::counter!(RATE_LIMITED).increment(0);
+    for (route, method) in &from_start.routes {
+        metrics::counter!(
+            HTTP_REQUESTS,
+            "route" => route.clone(),
+            "method" => *method,
+            "status" => "200"
+        )
+        .increment(0);
+        let _ = metrics::histogram!(HTTP_DURATION, "route" => route.clone(), "method" => *method);
+    }
+    if from_start.sqlite {
+        let _ = metrics::histogram!(SQLITE_GROUP_UNITS);
+        let _ = metrics::histogram!(SQLITE_COMMIT_DURATION);
+    }
+}

@@ -519,7 +519,116 @@ async fn answers_given_at_once_are_all_in_the_log(b: Backend) {
     );
 }
 
+/// One HTTP/1.1 answer read off a raw connection: its status line, its
+/// headers (names lower-cased) and its body.
+async fn read_answer(
+    stream: &mut tokio::net::tcp::OwnedReadHalf,
+) -> Option<(String, Vec<(String, String)>)> {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at;
+        }
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        seen.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&seen[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = seen.len() - head_end - 4;
+    while body < length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body += n;
+    }
+    Some((status, headers))
+}
+
+/// A client that keeps its connection open after a 401 refused its send
+/// (the key was wrong; the 200 KB body was never needed) can send its next
+/// request on it: either the connection stays usable, or the 401 said
+/// `Connection: close`. Never a connection dropped without a word (the
+/// MCP clients' discovery request right after a 401 is where it showed).
+async fn a_refused_request_with_a_body_keeps_or_closes_its_connection_openly(b: Backend) {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::start(b).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = app.router.clone();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let body = vec![b'x'; 200 * 1024];
+    let (mut kept, mut closed) = (0, 0);
+    for round in 0..10 {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut read, mut write) = stream.into_split();
+        let first = format!(
+            "POST /emails HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer ms_not_a_key\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let body = body.clone();
+        // Written beside the reading: a server that answers first must not
+        // leave this test waiting on a full socket buffer.
+        let writer = tokio::spawn(async move {
+            let _ = write.write_all(first.as_bytes()).await;
+            let _ = write.write_all(&body).await;
+            write
+        });
+        let wait = std::time::Duration::from_secs(10);
+        let (status, headers) = tokio::time::timeout(wait, read_answer(&mut read))
+            .await
+            .expect("an answer in time")
+            .expect("an answer to the first request");
+        assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+        let mut write = writer.await.unwrap();
+        if headers
+            .iter()
+            .any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close"))
+        {
+            closed += 1;
+            continue;
+        }
+        let second = format!(
+            "GET /emails HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer ms_not_a_key\r\n\r\n"
+        );
+        let dropped = |e: std::io::Error| -> ! {
+            panic!(
+                "round {round}: the connection was dropped after the 401 without `Connection: close` ({e})"
+            )
+        };
+        write
+            .write_all(second.as_bytes())
+            .await
+            .unwrap_or_else(|e| dropped(e));
+        let answer = tokio::time::timeout(wait, read_answer(&mut read))
+            .await
+            .expect("an answer in time");
+        let (status, _) = answer.unwrap_or_else(|| {
+            panic!("round {round}: the connection was dropped after the 401 without `Connection: close`")
+        });
+        assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+        kept += 1;
+    }
+    eprintln!("{kept} connections kept after the 401, {closed} closed with `Connection: close`");
+}
+
 on_both_backends!(
+    a_refused_request_with_a_body_keeps_or_closes_its_connection_openly,
     answers_given_at_once_are_all_in_the_log,
     authentication_and_permissions,
     error_body_on_every_path,

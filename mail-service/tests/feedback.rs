@@ -509,7 +509,60 @@ async fn the_operator_command_reads_one_report_from_stdin(b: Backend) {
     );
 }
 
+/// Exim's bounce for a mailbox that vanished after the relay took the
+/// message may carry no `Diagnostic-Code`. No diagnostic text reads the
+/// same in the email's events and in the `email.bounced` webhook: an empty
+/// string (Resend's `bounce.message` is always a string).
+async fn a_bounce_without_diagnostic_text_reads_the_same_in_events_and_webhooks(b: Backend) {
+    let app = common::webhooks::local_app(b).await;
+    app.post(
+        &app.full_key,
+        "/webhooks",
+        json!({"endpoint": "http://127.0.0.1:9/hook", "events": ["email.bounced"]}),
+    )
+    .await
+    .ok();
+    let to = ["ada@example.test", "bob@example.test"];
+    let (id, return_path) = sent(&app, &to).await;
+    let exim = std::fs::read_to_string(Path::new(CORPUS).join("exim_multi_recipient.eml")).unwrap();
+    let without: String = exim
+        .lines()
+        .filter(|line| !line.starts_with("Diagnostic-Code:"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let bounce = fill(
+        without.as_bytes(),
+        &return_path,
+        &format!("<{id}@acme.test>"),
+        &to,
+    );
+    let outcome = app.service.ingest_feedback(&bounce, stdin()).await.unwrap();
+    assert!(matches!(outcome, Ingested::Applied { .. }), "{outcome:?}");
+
+    let shown = app.get(&format!("/emails/{id}")).await;
+    let events = shown.body["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{}", shown.body);
+    for event in events {
+        assert_eq!(event["type"], "bounced");
+        assert_eq!(event["diagnostic"], json!(""), "{event}");
+    }
+    let hooks = app
+        .db
+        .count("SELECT count(*) FROM webhook_events WHERE event_type = 'email.bounced'")
+        .await;
+    assert_eq!(hooks, 2);
+    let data: Value = serde_json::from_str(
+        &app.db
+            .text("SELECT data FROM webhook_events WHERE event_type = 'email.bounced' ORDER BY id LIMIT 1")
+            .await,
+    )
+    .unwrap();
+    assert_eq!(data["bounce"]["message"], json!(""), "{data}");
+    assert_eq!(data["bounce"]["message"], events[0]["diagnostic"]);
+}
+
 on_both_backends!(
+    a_bounce_without_diagnostic_text_reads_the_same_in_events_and_webhooks,
     corpus_outcomes_are_as_their_snapshot_says,
     a_bounce_suppresses_and_counts_once,
     forged_reports_change_nothing,

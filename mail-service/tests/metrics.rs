@@ -103,6 +103,92 @@ async fn the_exposition_passes_promtool_and_no_label_names_a_customer() {
     }
 }
 
+/// The metric families the README documents (its table's first column).
+fn documented_families() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let table = readme
+        .split_once("| Metric | Type | Labels |")
+        .expect("the README's metrics table")
+        .1;
+    table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .flat_map(|line| {
+            let first = line.split('|').nth(1).unwrap_or_default();
+            first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A node that has done nothing yet exports every documented family (the
+/// list is read from the README, so the two cannot drift apart), each
+/// closed set of label values at 0: `rate()` and absence alerts read a
+/// quiet service right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_family_is_exported_from_the_start() {
+    let families = documented_families();
+    assert!(families.len() >= 13, "{families:?}");
+    let db = TestDb::new(Backend::Sqlite);
+    let server = common::ServerProcess::start(
+        &db.env(),
+        &[("MAIL_METRICS_LISTEN", "127.0.0.1:0".to_string())],
+    );
+    let address = server
+        .stderr_lines()
+        .iter()
+        .find_map(|l| l.strip_prefix("metrics on ").map(str::to_string))
+        .expect("the metrics listener's address on stderr");
+    let exposition = common::http_client()
+        .get(address)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for family in &families {
+        assert!(
+            exposition
+                .lines()
+                .any(|l| l.starts_with(&format!("# TYPE {family} "))),
+            "{family} is not exported at start:\n{exposition}"
+        );
+    }
+    let at_zero = |name: &str, label: &str, values: &[&str]| {
+        for value in values {
+            let series = format!("{name}{{{label}=\"{value}\"}} 0");
+            assert!(
+                exposition.lines().any(|l| l == series),
+                "{series} is missing:\n{exposition}"
+            );
+        }
+    };
+    use mail_service::metrics::*;
+    at_zero(EMAILS_ACCEPTED, "outcome", ACCEPTED_OUTCOMES);
+    at_zero(WEBHOOK_ATTEMPTS, "result", WEBHOOK_RESULTS);
+    at_zero(FEEDBACK_REPORTS, "outcome", FEEDBACK_OUTCOMES);
+    assert!(
+        exposition
+            .lines()
+            .any(|l| l == "mail_rate_limited_requests_total 0")
+    );
+    assert!(
+        exposition.contains(
+            r#"mail_http_requests_total{route="/v1/emails",method="POST",status="200"} 0"#
+        ),
+        "{exposition}"
+    );
+    if let Some(problems) = promtool_problems(&exposition) {
+        assert_eq!(problems, "", "promtool check metrics:\n{exposition}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_and_readyz_answer_and_readyz_sees_missing_migrations() {
     let app = TestApp::start(Backend::Sqlite).await;

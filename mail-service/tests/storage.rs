@@ -9,11 +9,12 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Backend, TestApp, TestDb, email};
+use common::{Backend, TestApp, TestDb, call_router, email};
+use mail_service::clock::rfc3339;
 use mail_service::error::Error;
 use mail_service::service::Settings;
 use mail_service::store::StorageConfig;
-use serde_json::json;
+use serde_json::{Value, json};
 
 async fn a_duplicate_tenant_is_a_conflict(b: Backend) {
     let app = TestApp::start(b).await;
@@ -359,6 +360,218 @@ on_both_backends!(
     a_failing_write_leaves_nothing_half_written,
     a_failing_commit_is_503_for_its_group_and_nothing_is_written,
 );
+
+/// Many clients at once, each sending batches of which every other item is
+/// scheduled: a batch stores and counts its emails in one statement, and
+/// the statements share the day's counter rows (`email_day_counts`). None
+/// is refused (PostgreSQL once broke deadlocks between two of them and the
+/// loser was answered 503), and every email is counted once.
+async fn concurrent_batches_are_all_stored_and_counted_once(b: Backend) {
+    const CLIENTS: usize = 16;
+    const BATCHES: usize = 6;
+    let app = TestApp::start(b).await;
+    let later = rfc3339(app.service.now_ms() + 3_600_000);
+    let mut clients = Vec::new();
+    for client in 0..CLIENTS {
+        let (router, key, later) = (app.router.clone(), app.send_key.clone(), later.clone());
+        clients.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for n in 0..BATCHES {
+                // 60 to 100 items: each batch counts itself in all 32 rows
+                // of the day (16 shards, accepted and scheduled), and
+                // batches of different sizes aggregate them in different
+                // orders.
+                let size = 60 + (client * 7 + n * 13) % 41;
+                let items: Vec<Value> = (0..size)
+                    .map(|i| {
+                        let mut item = email();
+                        if i % 2 == 1 {
+                            item["scheduled_at"] = json!(later);
+                        }
+                        item
+                    })
+                    .collect();
+                let body = Value::Array(items).to_string().into_bytes();
+                let resp = call_router(
+                    router.clone(),
+                    "POST",
+                    "/emails/batch",
+                    Some(&key),
+                    &[],
+                    Some(body),
+                )
+                .await;
+                answers.push((resp.status, resp.body.to_string(), size));
+            }
+            answers
+        }));
+    }
+    let mut stored = 0;
+    for client in clients {
+        for (status, body, size) in client.await.unwrap() {
+            assert_eq!(status, 202, "a batch was refused: {body}");
+            stored += size as i64;
+        }
+    }
+    assert_eq!(app.db.count("SELECT count(*) FROM emails").await, stored);
+    let counted = |status: &str| {
+        format!("SELECT CAST(sum(count) AS BIGINT) FROM email_day_counts WHERE status = '{status}'")
+    };
+    // A batch with a scheduled item is stored whole as scheduled (its
+    // other items are due at once, for the scheduler).
+    assert_eq!(app.db.count(&counted("accepted")).await, stored);
+    assert_eq!(app.db.count(&counted("scheduled")).await, stored);
+}
+
+/// The day's counter rows of tenant `acme` and `acme.test`, created at 0
+/// for every status a batch counts and every shard, so that the triggers
+/// update them (and a story can lock them) instead of inserting them.
+async fn counter_rows_exist(app: &TestApp) {
+    let day = app.service.now_ms() / 86_400_000;
+    app.db
+        .execute(&format!(
+            "INSERT INTO email_day_counts (tenant_id, domain, day, status, shard, count) \
+             SELECT t.id, 'acme.test', {day}, s.status, g, 0 FROM tenants t \
+             CROSS JOIN (VALUES ('accepted'), ('scheduled')) AS s(status) \
+             CROSS JOIN generate_series(0, 15) AS g WHERE t.name = 'acme'"
+        ))
+        .await;
+}
+
+/// A batch counts itself in the day's counter rows in one order, the
+/// rows' key order (tenant, domain, day, status, shard), whatever order its
+/// aggregate produced: two batches that share rows then queue on the first
+/// one instead of each holding a row the other waits for (PostgreSQL's
+/// deadlock, once answered 503). A probe trigger writes down each row as
+/// it is updated.
+async fn a_batch_takes_its_counter_rows_in_key_order(b: Backend) {
+    assert_eq!(b, Backend::Postgres);
+    let app = TestApp::start(b).await;
+    counter_rows_exist(&app).await;
+    app.db
+        .execute(
+            "CREATE TABLE counter_order (n BIGSERIAL PRIMARY KEY, status TEXT, shard BIGINT); \
+             CREATE FUNCTION counter_order() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN INSERT INTO counter_order (status, shard) VALUES (NEW.status, NEW.shard); RETURN NEW; END $$; \
+             CREATE TRIGGER counter_order BEFORE UPDATE ON email_day_counts \
+             FOR EACH ROW EXECUTE FUNCTION counter_order()",
+        )
+        .await;
+    let later = rfc3339(app.service.now_ms() + 3_600_000);
+    for size in [40, 23, 77] {
+        app.db.execute("DELETE FROM counter_order").await;
+        let items: Vec<Value> = (0..size)
+            .map(|i| {
+                let mut item = email();
+                if i % 2 == 1 {
+                    item["scheduled_at"] = json!(later);
+                }
+                item
+            })
+            .collect();
+        app.batch(&[], &Value::Array(items)).await.expect(202, "");
+        let taken = app
+            .db
+            .text("SELECT string_agg(status || ':' || shard, ' ' ORDER BY n) FROM counter_order")
+            .await;
+        let mut in_key_order: Vec<(&str, i64)> = taken
+            .split(' ')
+            .map(|row| {
+                let (status, shard) = row.split_once(':').unwrap();
+                (status, shard.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(in_key_order.len(), 32, "{taken}");
+        in_key_order.sort();
+        let sorted: Vec<String> = in_key_order
+            .iter()
+            .map(|(status, shard)| format!("{status}:{shard}"))
+            .collect();
+        assert_eq!(taken, sorted.join(" "), "a batch of {size}");
+    }
+}
+
+/// PostgreSQL breaks a deadlock by rolling back one of the transactions in
+/// it (SQLSTATE 40P01). A unit rolled back that way is run again, and the
+/// request that wrote it does not see the deadlock. Here another
+/// connection holds the day's counter rows while a keyed send stores its
+/// email (its statement reserves the key, then counts the email and waits
+/// for the rows), then reserves the same key itself and so waits for the
+/// send: a deadlock, and the send, which waited first, is rolled back.
+/// The other connection gives up; the send's second run stores, counts and
+/// answers once.
+async fn a_unit_rolled_back_by_a_deadlock_is_run_again(b: Backend) {
+    use sqlx::Connection;
+    assert_eq!(b, Backend::Postgres);
+    let app = TestApp::start(b).await;
+    counter_rows_exist(&app).await;
+    let mut other = app.db.pg_connection().await;
+    let mut tx = other.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM email_day_counts FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+
+    let mut body = email();
+    body["scheduled_at"] = json!(rfc3339(app.service.now_ms() + 3_600_000));
+    let send = app.spawn_post("/emails", "deadlocked", &body);
+    let waiting =
+        "SELECT count(*) FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sqlx::query_scalar::<_, i64>(waiting)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the send never waited for the counter rows"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The same key: this waits for the send's uncommitted reservation,
+    // which waits for this transaction. PostgreSQL rolls the send back
+    // (after `deadlock_timeout`) and this insert goes through.
+    sqlx::query(
+        "INSERT INTO idempotency_keys (tenant_id, scope, idem_key, body_hash, state, email_ids, lease_until, created_at) \
+         SELECT id, 'POST /emails', 'deadlocked', 'other', 'in_flight', '[]', 0, 0 FROM tenants WHERE name = 'acme' \
+         ON CONFLICT DO NOTHING",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+
+    let answer = send.await.unwrap();
+    answer.expect(200, "");
+    assert_eq!(app.db.count("SELECT count(*) FROM emails").await, 1);
+    let counted = |status: &str| {
+        format!("SELECT CAST(sum(count) AS BIGINT) FROM email_day_counts WHERE status = '{status}'")
+    };
+    assert_eq!(app.db.count(&counted("accepted")).await, 1);
+    assert_eq!(app.db.count(&counted("scheduled")).await, 1);
+    let again = app
+        .spawn_post("/emails", "deadlocked", &body)
+        .await
+        .unwrap();
+    assert_eq!(again.body, answer.body, "the key replays the one answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_batches_are_all_stored_and_counted_once() {
+    concurrent_batches_are_all_stored_and_counted_once(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_batch_takes_its_counter_rows_in_key_order() {
+    a_batch_takes_its_counter_rows_in_key_order(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_unit_rolled_back_by_a_deadlock_is_run_again() {
+    a_unit_rolled_back_by_a_deadlock_is_run_again(Backend::Postgres).await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_locked_database_is_503_and_the_writer_recovers() {

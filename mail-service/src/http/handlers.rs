@@ -111,8 +111,9 @@ pub struct EventEntry {
     /// The report's status code (`5.1.1`) or, for a complaint, its
     /// feedback type (`abuse`).
     pub status: Option<String>,
-    /// The receiving server's diagnostic, when the report gave one.
-    pub diagnostic: Option<String>,
+    /// The receiving server's diagnostic text; empty when the report gave
+    /// none, as in the webhooks' `message` (Resend's, always a string).
+    pub diagnostic: String,
     pub created_at: String,
 }
 
@@ -238,7 +239,7 @@ pub async fn get_email(
             kind: e.kind.as_str(),
             recipient: e.recipient,
             status: e.status_code,
-            diagnostic: e.diagnostic,
+            diagnostic: e.diagnostic.unwrap_or_default(),
             created_at: rfc3339(e.created_at),
         })
         .collect();

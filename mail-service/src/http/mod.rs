@@ -1,6 +1,7 @@
 //! HTTP layer: routing, the request middleware (request id, authentication,
-//! rate limit, request log), extractors, thin handlers, the OpenAPI
-//! document, and the operator's `/metrics` listener (`metrics_listener`).
+//! rate limit, request log, the rest of a body a handler left unread),
+//! extractors, thin handlers, the OpenAPI document, and the operator's
+//! `/metrics` listener (`metrics_listener`).
 
 mod analytics;
 mod domains;
@@ -12,6 +13,7 @@ mod list;
 pub mod metrics_listener;
 pub mod openapi;
 mod suppressions;
+mod unread;
 mod webhooks;
 
 use std::time::Instant;
@@ -128,6 +130,27 @@ pub fn router(service: MailService) -> Router {
         .with_state(service)
 }
 
+/// Every route template the router serves with its methods, as the
+/// request metrics label them: each path of the OpenAPI document (which
+/// `tests/api.rs` holds to the routes) at the root and under `/v1`, and
+/// the document itself.
+pub fn served_routes() -> Vec<(String, &'static str)> {
+    use utoipa::OpenApi;
+    let document = serde_json::to_value(openapi::ApiDoc::openapi()).unwrap_or_default();
+    let mut routes = vec![("/openapi.json".to_string(), "GET")];
+    let paths = document["paths"].as_object().into_iter().flatten();
+    for (path, item) in paths {
+        let methods = item.as_object().into_iter().flat_map(|ops| ops.keys());
+        for method in methods.map(|m| crate::metrics::method_label(&m.to_uppercase())) {
+            if method != "other" {
+                routes.push((path.clone(), method));
+                routes.push((format!("/v1{path}"), method));
+            }
+        }
+    }
+    routes
+}
+
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get("authorization")?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
@@ -215,6 +238,9 @@ async fn observe_in(
         Err(e) => AuthState::Refused(e),
     });
     req.extensions_mut().insert(RequestId(request_id));
+    let version = req.version();
+    let unread = unread::Unread::default();
+    let req = unread.watch(req);
     let (mut response, rate) = REQUEST_ID
         .scope(request_id, async {
             match begun.rate {
@@ -223,6 +249,7 @@ async fn observe_in(
             }
         })
         .await;
+    unread.settle(version, &mut response).await;
     let headers = response.headers_mut();
     if let Some(RateStatus {
         limit,

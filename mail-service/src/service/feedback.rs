@@ -403,7 +403,9 @@ fn match_recipient(recipients: &[String], reported: &str) -> Option<String> {
 
 /// Resend's email event data, with what the report said about the
 /// recipient: `bounce` (`type` Permanent, `subType` the status, `message`
-/// the diagnostic), `delivery_delayed`, `complaint` or `delivery`.
+/// the diagnostic), `delivery_delayed`, `complaint` or `delivery`. A report
+/// without diagnostic text gives an empty `message`, as the email's events
+/// show it (`GET /emails/{id}`).
 fn webhook_data(target: &FeedbackTarget, recipient: &str, r: &RecipientFeedback) -> String {
     let message = &target.payload.0.message;
     let detail = serde_json::json!({

@@ -13,10 +13,43 @@ use crate::error::Error;
 
 use super::unit::{self, Param, Ran, Step, Unit, Yields};
 
+/// How many times a unit is run when PostgreSQL rolls it back for a
+/// deadlock or a serialization failure before the caller gets the error.
+pub(crate) const MOST_ATTEMPTS: u32 = 5;
+
+/// Runs a unit; a unit PostgreSQL rolled back to break a deadlock (SQLSTATE
+/// `40P01`) or for a serialization failure (`40001`) is run again, up to
+/// `MOST_ATTEMPTS` times, after a short random wait that grows with each
+/// attempt. Running it again is safe: such an error means the database
+/// undid the whole unit (a one-statement unit is its own transaction), so
+/// nothing of the failed attempt is stored, and a unit only writes rows: the
+/// handoff its caller makes next starts only after it returned, once.
 pub(crate) async fn run(pool: &PgPool, unit: &Unit) -> Result<Ran, Error> {
-    run_unit(pool, unit)
-        .await
-        .map_err(|e| storage_error(e, unit))
+    let mut attempt = 1;
+    loop {
+        match run_unit(pool, unit).await {
+            Err(e) if attempt < MOST_ATTEMPTS && rolled_back_to_retry(&e) => {
+                tracing::debug!(attempt, error = %e, "unit rolled back by the database; running it again");
+                tokio::time::sleep(retry_wait(attempt)).await;
+                attempt += 1;
+            }
+            result => return result.map_err(|e| storage_error(e, unit)),
+        }
+    }
+}
+
+/// Whether PostgreSQL undid the unit for a reason that running it again can
+/// clear: a deadlock (`40P01`) or a serialization failure (`40001`).
+pub(crate) fn rolled_back_to_retry(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40P01" | "40001")))
+}
+
+/// The wait before attempt `attempt + 1`: random within 5 ms times the
+/// attempts so far, so that the units that met do not meet again in step.
+fn retry_wait(attempt: u32) -> std::time::Duration {
+    use rand::Rng;
+    let most = 5 * u64::from(attempt);
+    std::time::Duration::from_millis(rand::thread_rng().gen_range(1..=most))
 }
 
 async fn run_unit(pool: &PgPool, unit: &Unit) -> Result<Ran, sqlx::Error> {

@@ -10,7 +10,7 @@ use sqlx::Connection;
 
 use super::common::receiver::Receiver;
 use super::common::{TestDb, pg_url};
-use super::traffic::{Kind, Records};
+use super::traffic::{Kind, Record, Records};
 use super::{Fault, RATE_LIMIT};
 
 async fn connect(db: &TestDb) -> sqlx::PgConnection {
@@ -42,6 +42,23 @@ pub async fn settle(db: &TestDb, limit: Duration) -> (bool, Duration) {
     }
 }
 
+/// How long after a fault ended a 503 is still put down to it (a cut
+/// connection is noticed when it is next used).
+pub const FAULT_AFTERMATH: Duration = Duration::from_secs(1);
+
+/// 503 answers whose request overlapped no fault (from its start to
+/// `FAULT_AFTERMATH` after its end), and those that did: the storage is
+/// unavailable only when a fault makes it so, so the first must be 0.
+fn count_unavailable(records: &[Record], during_faults: &[(Instant, Instant)]) -> (usize, usize) {
+    let unavailable = records.iter().filter(|r| r.status == 503);
+    let (inside, outside): (Vec<&Record>, Vec<&Record>) = unavailable.partition(|r| {
+        during_faults
+            .iter()
+            .any(|(began, ended)| r.sent_at <= *ended && *began <= r.answered_at)
+    });
+    (outside.len(), inside.len())
+}
+
 /// One invariant: how many cases held, how many did not, the first that
 /// did not.
 #[derive(Default)]
@@ -67,6 +84,8 @@ impl Check {
 pub struct Report {
     checks: Vec<(&'static str, Check)>,
     answers: BTreeMap<(Kind, String), usize>,
+    /// 503 answers outside any injected fault, and during one.
+    unavailable: (usize, usize),
 }
 
 fn id_of(received: &Received) -> Option<i64> {
@@ -106,9 +125,9 @@ impl Report {
     pub async fn gather(
         db: &TestDb,
         records: &Records,
-        sink: &SmtpSink,
-        receiver: &Receiver,
+        (sink, receiver): (&SmtpSink, &Receiver),
         stderr: &[String],
+        during_faults: &[(Instant, Instant)],
         settled: (bool, Duration),
     ) -> Report {
         let mut conn = connect(db).await;
@@ -318,6 +337,14 @@ impl Report {
                 .cloned()
                 .unwrap_or_default()
         });
+        let unavailable = count_unavailable(&records, during_faults);
+        let mut unavailable_check = Check::default();
+        unavailable_check.record(unavailable.0 == 0, || {
+            format!(
+                "{} request(s) answered 503 outside any injected fault",
+                unavailable.0
+            )
+        });
         let mut settled_check = Check::default();
         settled_check.record(settled.0, || {
             format!(
@@ -337,8 +364,10 @@ impl Report {
                 ("rate limit held across both nodes", limit),
                 ("no node panicked", panics),
                 ("everything settled after the run", settled_check),
+                ("no 503 outside injected faults", unavailable_check),
             ],
             answers,
+            unavailable,
         }
     }
 
@@ -377,6 +406,10 @@ impl Report {
                 format!("{kind:?}").to_lowercase()
             );
         }
+        println!(
+            "\n503 answers outside injected faults: {}\n503 answers during injected faults: {}",
+            self.unavailable.0, self.unavailable.1
+        );
         println!("\n{:<56} {:>7} {:>7}", "invariant", "passed", "failed");
         for (name, check) in &self.checks {
             println!("{name:<56} {:>7} {:>7}", check.passed, check.failed);

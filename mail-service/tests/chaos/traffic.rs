@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mail_service::clock::{Clock, SystemClock, rfc3339};
 use serde_json::{Value, json};
@@ -40,6 +40,9 @@ pub struct Record {
     /// 0: no answer (the node died, the connection was cut).
     pub status: u16,
     pub body: Value,
+    /// When it was sent and when its answer (or the failure) came.
+    pub sent_at: Instant,
+    pub answered_at: Instant,
 }
 
 impl Record {
@@ -157,6 +160,7 @@ impl Client {
         if let Some(key) = &request.key {
             post = post.header("idempotency-key", key);
         }
+        let sent_at = Instant::now();
         let (status, body) = match post.send().await {
             Ok(resp) => {
                 let status = resp.status().as_u16();
@@ -168,6 +172,8 @@ impl Client {
             request: request.clone(),
             status,
             body,
+            sent_at,
+            answered_at: Instant::now(),
         }
     }
 }

@@ -163,6 +163,15 @@ impl TestDb {
         }
     }
 
+    /// PostgreSQL: a connection of its own to the test schema, for a story
+    /// that holds a transaction open beside the service.
+    pub async fn pg_connection(&self) -> sqlx::PgConnection {
+        match self.outside_connection().await {
+            Outside::Postgres(conn) => conn,
+            Outside::Sqlite(_) => panic!("only the PostgreSQL stories hold a connection"),
+        }
+    }
+
     /// Runs SQL on this database from outside the service.
     pub async fn execute(&self, sql: &str) {
         let sql = sqlx::AssertSqlSafe(sql.to_string());
