@@ -76,8 +76,9 @@ fn a_declared_action_without_a_handler_is_refused_at_install() {
         refused.to_string(),
         "the development build was refused: component refused: manifest.toml declares the action \
          `analytics.export`, but the component's code does not implement it (it implements \
-         analytics.provision, analytics.configuration, analytics.stats): add a handler for it to \
-         `actions!`, or remove the action from manifest.toml"
+         analytics.provision, analytics.configuration, analytics.stats): add its handler to \
+         `impl manifest::Actions` (or to `actions!`) and build the component again, or remove \
+         the action from manifest.toml"
     );
 }
 

@@ -127,7 +127,8 @@ impl ActionError {
             ErrorCode::NotImplemented,
             format!(
                 "action `{action}` is declared in the manifest but not implemented: \
-                 this extension dispatches {offered}; add a handler for it to `actions!`"
+                 this extension dispatches {offered}; add its handler to `impl manifest::Actions` \
+                 (or to `actions!`) and build the component again"
             ),
         )
     }

@@ -56,7 +56,8 @@ fn actions_dispatch_by_name_and_refuse_unknown_ones() {
     assert_eq!(
         unknown.message,
         "action `math.sub` is declared in the manifest but not implemented: \
-         this extension dispatches math.add and math.project; add a handler for it to `actions!`"
+         this extension dispatches math.add and math.project; add its handler to \
+         `impl manifest::Actions` (or to `actions!`) and build the component again"
     );
 }
 

@@ -14,9 +14,12 @@
 //!
 //! So a manifest and code that disagree do not compile: an action declared
 //! without its handler is a missing trait item, a handler without its
-//! action is not a member of the trait, and a handler with the wrong types
-//! does not match the signature. A manifest the host would refuse does not
-//! compile either: it is read with the host's own parser.
+//! action (in the file calling the macro) is an error naming the
+//! `[[actions]]` entry to add to manifest.toml, and a handler with the
+//! wrong types does not match the signature. A manifest the host would
+//! refuse does not compile either: it is read with the host's own parser,
+//! and the error is the host's text, with the file, line, column and table
+//! of the mistake.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +28,8 @@ use heck::ToUpperCamelCase;
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 use typify_impl::{TypeSpace, TypeSpaceSettings};
+
+mod handlers;
 
 /// See the crate documentation. The argument, if any, is the manifest's
 /// path relative to the crate's `Cargo.toml` (default `"manifest.toml"`).
@@ -40,14 +45,31 @@ pub fn manifest(input: proc_macro::TokenStream) -> proc_macro::TokenStream {
     };
     let dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(PathBuf::new, PathBuf::from);
     let path = dir.join(&relative);
+    // The file that calls the macro, where the handlers usually are.
+    let caller = std::fs::read_to_string(
+        proc_macro::Span::call_site()
+            .local_file()
+            .unwrap_or_default(),
+    )
+    .unwrap_or_default();
     let generated = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
-        .and_then(|text| generate(&text, &path));
+        .and_then(|text| generate(&text, &path, &caller));
     match generated {
         Ok(tokens) => tokens.into(),
-        Err(message) => syn::Error::new(Span::call_site(), message)
-            .to_compile_error()
-            .into(),
+        Err(message) => failed(&message).into(),
+    }
+}
+
+/// The module `manifest` holding only the error: paths into a module whose
+/// expansion failed are not reported as unresolved, so the developer sees
+/// this message alone (no `unresolved import manifest`, no `cargo add`).
+fn failed(message: &str) -> TokenStream {
+    quote! {
+        #[allow(dead_code, missing_docs)]
+        pub mod manifest {
+            ::core::compile_error!(#message);
+        }
     }
 }
 
@@ -66,8 +88,10 @@ struct Action {
 
 /// The module for the manifest `text` read from `path` (which the module
 /// includes, so that a change to the file rebuilds the crate), or why not.
-pub(crate) fn generate(text: &str, path: &Path) -> Result<TokenStream, String> {
-    let manifest = Manifest::from_toml(text).map_err(|e| format!("{}: {e}", path.display()))?;
+/// `caller` is the source calling the macro: a handler it implements for
+/// an action `path` does not declare is an error naming the entry to add.
+pub(crate) fn generate(text: &str, path: &Path, caller: &str) -> Result<TokenStream, String> {
+    let manifest = Manifest::from_toml(text).map_err(|e| e.render(path))?;
     let mut settings = TypeSpaceSettings::default();
     settings
         .with_struct_builder(false)
@@ -134,7 +158,13 @@ pub(crate) fn generate(text: &str, path: &Path) -> Result<TokenStream, String> {
             output,
         });
     }
-    Ok(module(path, &actions, types.to_stream()))
+    let mut tokens = TokenStream::new();
+    for undeclared in handlers::undeclared(caller, &actions, &manifest) {
+        let message = undeclared.message(path);
+        tokens.extend(quote!(::core::compile_error!(#message);));
+    }
+    tokens.extend(module(path, &actions, types.to_stream()));
+    Ok(tokens)
 }
 
 /// The handler for an action name: the words after the first (the
@@ -258,7 +288,7 @@ input_schema = { type = "object" }
 "##;
 
     fn generated(text: &str) -> Result<String, String> {
-        generate(text, Path::new("/p/manifest.toml")).map(|tokens| tokens.to_string())
+        generate(text, Path::new("/p/manifest.toml"), "").map(|tokens| tokens.to_string())
     }
 
     #[test]
@@ -286,10 +316,85 @@ input_schema = { type = "object" }
         let error = generated(&bad).unwrap_err();
         assert!(
             error.starts_with(
-                "/p/manifest.toml: manifest field `actions[1].name`: must be dot-separated words"
+                "/p/manifest.toml:22:8: [[actions]] #2 (Shop.Type): field `actions[1].name`: \
+                 must be dot-separated words"
             ),
             "{error}"
         );
+    }
+
+    /// The fixture of extension-release's located errors: the build
+    /// refuses each mistake with the host's text (`ManifestError::render`).
+    const TWO_ACTIONS: &str = include_str!("../../../host-sim/release/testdata/two-actions.toml");
+
+    #[test]
+    fn a_manifest_mistake_is_the_host_s_located_message_alone() {
+        for (from, to, located) in [
+            (
+                "mcp_tool = \"plugin__hello_ext__count\"",
+                "mcp_tol = \"plugin__hello_ext__count\"",
+                "/p/manifest.toml:29:1: [[actions]] #2 (hello_ext.count): unknown field `mcp_tol`",
+            ),
+            (
+                "n = { type = \"integer\" }",
+                "n = { type = \"integr\" }",
+                "/p/manifest.toml:35:25: [[actions]] #2 (hello_ext.count): field \
+                 `actions[1].input_schema`, at `/properties/n/type`: \"integr\" is not allowed here; \
+                 allowed: array, boolean, integer, null, number, object, string",
+            ),
+            (
+                "collections = [\"greetings\"]",
+                "collections = \"greetings\"",
+                "/p/manifest.toml:12:15: [capabilities.documents]: invalid type: string \
+                 \"greetings\", expected a sequence",
+            ),
+        ] {
+            let bad = TWO_ACTIONS.replace(from, to);
+            assert_ne!(bad, TWO_ACTIONS, "{from}");
+            let message = generated(&bad).unwrap_err();
+            let host = Manifest::from_toml(&bad)
+                .unwrap_err()
+                .render(Path::new("/p/manifest.toml"));
+            assert_eq!(message, host, "one text at build time and in the host");
+            assert!(message.starts_with(located), "{message}");
+            // Only the error, inside the module the crate imports from.
+            assert_eq!(
+                failed(&message).to_string(),
+                format!(
+                    "# [allow (dead_code , missing_docs)] pub mod manifest {{ :: core :: compile_error ! ({message:?}) ; }}"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_handler_without_an_action_names_the_entry_to_add() {
+        let caller = "struct E;\n\
+            impl manifest::Actions for E {\n\
+                fn greet<H: Host + ?Sized>(host: &H, input: GreetInput) -> R { todo() }\n\
+                fn count<H: Host + ?Sized>(host: &H, input: CountInput) -> R { todo() }\n\
+                fn say_goodbye<H: Host + ?Sized>(host: &H, input: X) -> R { todo() }\n\
+            }\n\
+            impl Other for E { fn elsewhere() {} }\n";
+        let code = generate(TWO_ACTIONS, Path::new("/p/manifest.toml"), caller)
+            .unwrap()
+            .to_string();
+        let expected = "the handler `say_goodbye` (line 5, in `impl manifest::Actions`) has no \
+             action in /p/manifest.toml: add an [[actions]] entry for it there, e.g.\n\n\
+             [[actions]]\n\
+             name = \"hello_ext.say_goodbye\"\n\
+             http = { method = \"POST\", route = \"/say-goodbye\" }\n\
+             mcp_tool = \"plugin__hello_ext__say_goodbye\"\n\
+             input_schema = { type = \"object\" }\n\n\
+             or remove the handler (docs/manifest.md lists every field)";
+        // The error comes first, then the module (so the compiler's
+        // "not a member of trait" follows it).
+        assert!(
+            code.starts_with(&format!(":: core :: compile_error ! ({expected:?}) ;")),
+            "{code}"
+        );
+        assert_eq!(code.matches("compile_error").count(), 1, "{code}");
+        assert!(code.contains("pub mod manifest"), "{code}");
     }
 
     #[test]

@@ -100,8 +100,8 @@ pub enum ComponentError {
     UndeclaredImport { import: String, reason: String },
     #[error(
         "manifest.toml declares the action `{action}`, but the component's code does not \
-         implement it (it implements {dispatched}): add a handler for it to `actions!`, \
-         or remove the action from manifest.toml"
+         implement it (it implements {dispatched}): add its handler to `impl manifest::Actions` \
+         (or to `actions!`) and build the component again, or remove the action from manifest.toml"
     )]
     UnimplementedAction { action: String, dispatched: String },
     #[error(
@@ -365,8 +365,9 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "manifest.toml declares the action `analytics.stats`, but the component's code does not \
-             implement it (it implements analytics.provision, analytics.configuration): add a handler \
-             for it to `actions!`, or remove the action from manifest.toml"
+             implement it (it implements analytics.provision, analytics.configuration): add its \
+             handler to `impl manifest::Actions` (or to `actions!`) and build the component \
+             again, or remove the action from manifest.toml"
         );
         let err = check_against_manifest(
             &m,

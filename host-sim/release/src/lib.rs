@@ -6,21 +6,25 @@
 //! the signature is an Ed25519 signature by a publisher key over the exact
 //! bytes of `manifest.toml`. So one signature covers every byte of every file.
 //!
-//! - [`Manifest`]: the model of `manifest.toml` and its validation.
+//! - [`Manifest`]: the model of `manifest.toml` and its validation;
+//!   [`ManifestError`]: a refusal located by line, column and table, and
+//!   [`ManifestError::render`], the one text every tool shows for it.
 //! - [`PublisherKey`], [`TrustStore`]: publisher keys and the keys a host trusts.
 //! - [`write_release`], [`ReleaseBundle::verify`]: producing and checking a release.
 //! - [`component`]: what a component imports and exports, checked against the
 //!   capabilities its manifest declares.
 
 pub mod component;
+mod diagnostic;
 mod manifest;
 mod pattern;
 mod release;
 mod signing;
 
+pub use diagnostic::{ManifestError, ManifestErrorKind, Position};
 pub use manifest::{
     Action, ActionRoute, Capabilities, DocumentsCapability, ExtensionInfo, HttpCapability,
-    HttpRule, Manifest, ManifestError, PanelInfo, ReleaseInfo,
+    HttpRule, Manifest, PanelInfo, ReleaseInfo,
 };
 pub use pattern::{PathPattern, PatternError};
 pub use release::{

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::diagnostic::{ManifestError, check_schema};
 use crate::pattern::PathPattern;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,21 +108,10 @@ pub struct ReleaseInfo {
     pub files: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ManifestError {
-    #[error("manifest is not valid TOML for this format: {0}")]
-    Syntax(String),
-    #[error("manifest field `{field}`: {rule}")]
-    Invalid { field: String, rule: String },
-}
-
 const HTTP_METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
 fn invalid(field: impl Into<String>, rule: impl Into<String>) -> ManifestError {
-    ManifestError::Invalid {
-        field: field.into(),
-        rule: rule.into(),
-    }
+    ManifestError::invalid(field, rule)
 }
 
 fn is_slug(s: &str, max: usize) -> bool {
@@ -142,11 +132,12 @@ pub(crate) fn is_release_path(path: &str) -> bool {
 }
 
 impl Manifest {
-    /// Parses and validates a manifest.
+    /// Parses and validates a manifest. The error carries the line,
+    /// column and table of the mistake ([`ManifestError::render`]).
     pub fn from_toml(text: &str) -> Result<Self, ManifestError> {
         let manifest: Manifest =
-            toml::from_str(text).map_err(|e| ManifestError::Syntax(e.message().to_owned()))?;
-        manifest.validate()?;
+            toml::from_str(text).map_err(|e| ManifestError::from_toml(&e, text))?;
+        manifest.validate().map_err(|e| e.locate(text))?;
         Ok(manifest)
     }
 
@@ -377,12 +368,19 @@ impl Manifest {
                     ));
                 }
             }
+            check_schema(&format!("{field}.input_schema"), &action.input_schema)?;
             if action.input_schema.get("type") != Some(&Value::String("object".into())) {
                 return Err(invalid(
                     format!("{field}.input_schema"),
                     "must be a JSON Schema of `type = \"object\"`",
                 ));
             }
+            if !action.output_schema.is_null() {
+                check_schema(&format!("{field}.output_schema"), &action.output_schema)?;
+            }
+        }
+        for (name, schema) in &self.definitions {
+            check_schema(&format!("definitions.{name}"), schema)?;
         }
         if let Some(release) = &self.release {
             for path in release.files.keys() {
@@ -449,14 +447,15 @@ mod tests {
         let err = Manifest::from_toml(&bad).unwrap_err().to_string();
         assert_eq!(
             err,
-            "manifest field `actions[2].mcp_tool`: `plugin__other_ext__history` must start with \
+            "manifest.toml:82:12: [[actions]] #3 (analytics.stats): field `actions[2].mcp_tool`: \
+             `plugin__other_ext__history` must start with \
              `plugin__managed_analytics__` (the extension id `managed-analytics` with `_` for `-`)"
         );
 
         let bad = SOURCE.replace("[extension]", "[extension]\nunexpected = 1");
         assert!(matches!(
-            Manifest::from_toml(&bad),
-            Err(ManifestError::Syntax(_))
+            Manifest::from_toml(&bad).unwrap_err().kind(),
+            crate::ManifestErrorKind::Syntax(_)
         ));
     }
 

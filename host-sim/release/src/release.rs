@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use crate::manifest::{Manifest, ManifestError, is_release_path};
+use crate::diagnostic::ManifestError;
+use crate::manifest::{Manifest, is_release_path};
 use crate::signing::{KeyId, PublicKey, PublisherKey, TrustStore};
 
 pub const MANIFEST_FILE: &str = "manifest.toml";
@@ -319,7 +320,7 @@ pub fn sign_dir(dir: &Path, key: &PublisherKey) -> Result<WrittenRelease, WriteE
         })?;
     files.remove(SIGNATURE_FILE);
     let source = String::from_utf8(source)
-        .map_err(|_| WriteError::Manifest(ManifestError::Syntax("not UTF-8".to_owned())))?;
+        .map_err(|_| WriteError::Manifest(ManifestError::syntax("not UTF-8")))?;
     // The real path: `.` or `..` name no directory to put beside.
     let real = dir
         .canonicalize()
@@ -381,7 +382,7 @@ impl ReleaseBundle {
         check_signature(&file, &self.manifest_bytes, trust)?;
         let key_id = file.key_id;
         let text = std::str::from_utf8(&self.manifest_bytes)
-            .map_err(|_| VerifyError::Manifest(ManifestError::Syntax("not UTF-8".to_owned())))?;
+            .map_err(|_| VerifyError::Manifest(ManifestError::syntax("not UTF-8")))?;
         let manifest = Manifest::from_toml(text)?;
         let listed = &manifest
             .release
