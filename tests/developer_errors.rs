@@ -3,7 +3,14 @@
 //! development host) under manifests changed the way a developer gets them
 //! wrong. Each error names the fix.
 
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
 use host_sim::testing::{ProviderResponse, TestHost};
+use host_sim::{AuthStyle, Host, HostConfig, Secret};
 use serde_json::json;
 use workspace_tests::{manifest_without_panel as manifest, release_dir};
 
@@ -13,9 +20,7 @@ fn component() -> Vec<u8> {
 
 #[test]
 fn a_binding_call_outside_the_manifest_names_the_allow_rule_to_add() {
-    let rule = "  { method = \"GET\", path = \"/api/websites/{id}\" },\n";
-    let narrowed = manifest().replace(rule, "");
-    assert_ne!(narrowed, manifest(), "the rule is in the manifest");
+    let narrowed = without_the_website_rule();
     let host = TestHost::from_bytes(&narrowed, component())
         .binding("provider", |_| ProviderResponse::status(500))
         .build()
@@ -26,7 +31,8 @@ fn a_binding_call_outside_the_manifest_names_the_allow_rule_to_add() {
             json!({ "name": "Shop", "domain": "www.example.com" }),
         )
         .unwrap_err();
-    assert_eq!(refused.code(), "forbidden", "{refused}");
+    // The extension's own mistake, not the caller's: no 403.
+    assert_eq!(refused.code(), "extension_fault", "{refused}");
     let message = refused.to_string();
     // The plugin's own words first, then the development host's.
     assert!(
@@ -104,4 +110,117 @@ fn a_handler_the_manifest_does_not_declare_is_refused_at_install() {
          action `analytics.stats`, which manifest.toml does not declare: add an [[actions]] entry \
          for it (docs/manifest.md), or remove its handler"
     );
+}
+
+/// The rule of provision's first call taken out of the manifest: the
+/// analytics plugin's `GET /api/websites/{id}` becomes a call outside its
+/// capability.
+fn without_the_website_rule() -> String {
+    let rule = "  { method = \"GET\", path = \"/api/websites/{id}\" },\n";
+    let narrowed = manifest().replace(rule, "");
+    assert_ne!(narrowed, manifest(), "the rule is in the manifest");
+    narrowed
+}
+
+/// `host-sim dev`'s host with the narrowed build, served: an HTTP caller
+/// of an action that fails on the extension's own binding mistake gets 502
+/// `extension_fault` (not 403: the caller did nothing forbidden), and the
+/// call is listed in the developer view's recent invocations with the
+/// host's refusal, as calls from the view's own forms are.
+#[test]
+fn an_extension_s_own_binding_mistake_is_its_fault_and_listed_in_the_developer_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::open(HostConfig::development(dir.path().join("state"))).unwrap();
+    let narrowed = without_the_website_rule();
+    let component_name = extension_release::Manifest::from_toml(&narrowed)
+        .unwrap()
+        .extension
+        .component;
+    let installed = host
+        .install_development(
+            &narrowed,
+            BTreeMap::from([(component_name, component())]),
+            &mut |_| {},
+        )
+        .unwrap();
+    let extension = installed.extension_id;
+    host.grant(&extension, "dev").unwrap();
+    host.set_binding(
+        "dev",
+        "provider",
+        "http://127.0.0.1:9",
+        Secret::new("dev-provider-secret"),
+        AuthStyle::Bearer,
+        Duration::from_secs(2),
+    )
+    .unwrap();
+    let token = host
+        .issue_token("developer", &["dev".to_owned()], Duration::from_secs(600))
+        .unwrap()
+        .token;
+    let served = support::serve_host(Arc::new(host), false);
+    let client = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+
+    let answer = client
+        .post(format!(
+            "{}/v1/plugins/{extension}/projects/dev/api/site",
+            served.base_url
+        ))
+        .bearer_auth(&token)
+        .json(&json!({ "name": "Shop", "domain": "www.example.com" }))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 502);
+    let body: serde_json::Value = answer.json().unwrap();
+    assert_eq!(body["error"]["code"], "extension_fault", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("(the host refused: binding provider: GET /api/websites/")
+            && message.contains("outside the approved capability http:provider"),
+        "{message}"
+    );
+
+    // The developer view lists the API's call.
+    let signed_in = client
+        .post(format!("{}/console/sign-in", served.base_url))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .header("Origin", &served.base_url)
+        .body(format!("token={token}"))
+        .send()
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let view = client
+        .get(format!(
+            "{}/console/projects/dev/extensions/{extension}/develop",
+            served.base_url
+        ))
+        .header("Cookie", &cookie)
+        .send()
+        .unwrap();
+    assert_eq!(view.status(), 200);
+    let html = view.text().unwrap();
+    let recent = html
+        .split_once("id=\"recent-heading\"")
+        .map(|(_, rest)| rest)
+        .unwrap_or_else(|| panic!("{html}"));
+    assert!(
+        recent
+            .contains("<h3>analytics.provision <span class=\"status\">extension_fault</span></h3>"),
+        "{recent}"
+    );
+    assert!(recent.contains(", from the HTTP API, request "), "{recent}");
+    assert!(
+        recent.contains("outside the approved capability http:provider"),
+        "{recent}"
+    );
+    assert!(!recent.contains("dev-provider-secret"), "{recent}");
 }

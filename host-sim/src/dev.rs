@@ -44,8 +44,13 @@ impl DevBuild {
             path: self.manifest.display().to_string(),
             reason: "not UTF-8".to_owned(),
         })?;
+        // Located in the file by its absolute path: the text the
+        // `manifest!` macro shows for the same mistake at build time.
         let name = extension_release::Manifest::from_toml(&manifest)
-            .map_err(|e| InstallError::Manifest(e.to_string()))?
+            .map_err(|e| {
+                let file = std::path::absolute(&self.manifest).unwrap_or(self.manifest.clone());
+                InstallError::Manifest(e.render(&file))
+            })?
             .extension
             .component;
         let component = read(&self.component)?;

@@ -42,6 +42,13 @@ pub enum InvokeError {
     /// The extension answered with an `action-error` (already redacted).
     #[error("{message}")]
     Action { code: String, message: String },
+    /// The extension failed because the host refused one of its own host
+    /// calls (a binding its manifest does not declare, a request outside its
+    /// allow rules, a malformed request): the extension's fault, not the
+    /// caller's. The host log has the refusal; a development host adds it
+    /// to the message.
+    #[error("{0}")]
+    ExtensionFault(String),
     /// The extension trapped or answered something the host cannot accept,
     /// or the host failed.
     #[error("{0}")]
@@ -100,6 +107,7 @@ impl InvokeError {
             InvokeError::InvalidInput(_) => "invalid_input",
             InvokeError::NotInstalled { .. } | InvokeError::NoSuchAction { .. } => "not_found",
             InvokeError::LimitExceeded { .. } => "limit_exceeded",
+            InvokeError::ExtensionFault(_) => "extension_fault",
             InvokeError::Action { .. } => return None,
             InvokeError::Internal(_) => "internal",
         })

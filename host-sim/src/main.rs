@@ -280,6 +280,7 @@ fn finish(result: Result<ExitCode, CliError>) -> ExitCode {
             ExitCode::from(match &e {
                 CliError::Host(HostError::Install(
                     InstallError::Verify(_)
+                    | InstallError::UntrustedKey { .. }
                     | InstallError::Component(_)
                     | InstallError::Manifest(_)
                     | InstallError::Runtime(_)

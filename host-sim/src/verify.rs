@@ -7,7 +7,7 @@
 //! half-installed.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use extension_release::component::{self, ComponentError};
@@ -29,6 +29,18 @@ pub enum InstallError {
     TrustStore(String),
     #[error("release refused: {0}")]
     Verify(#[from] VerifyError),
+    /// Signed by a key the host does not trust: where a trusted key goes.
+    #[error(
+        "release refused: the release is signed by key {key_id}, which this host does not trust; \
+         to trust it, put the publisher's public key file (the `.pub` that `host-sim publisher \
+         keygen` wrote beside the key) into {} (the trusted-publishers directory; \
+         `--trust-dir` or HOST_SIM_TRUST_DIR names another)",
+        trust_dir.display()
+    )]
+    UntrustedKey {
+        key_id: extension_release::KeyId,
+        trust_dir: PathBuf,
+    },
     #[error("component refused: {0}")]
     Component(#[from] ComponentError),
     #[error("manifest refused: {0}")]
@@ -87,7 +99,15 @@ pub fn verify(
     let trust =
         TrustStore::load_dir(trust_dir).map_err(|e| InstallError::TrustStore(e.to_string()))?;
     progress("verifying the signature and every file digest");
-    let release = ReleaseBundle::read_dir(dir)?.verify(&trust)?;
+    let release = ReleaseBundle::read_dir(dir)?
+        .verify(&trust)
+        .map_err(|e| match e {
+            VerifyError::UntrustedKey { key_id } => InstallError::UntrustedKey {
+                key_id,
+                trust_dir: trust_dir.to_owned(),
+            },
+            other => other.into(),
+        })?;
     let compiled = check_component(
         engine,
         linker,

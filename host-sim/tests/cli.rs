@@ -330,7 +330,10 @@ fn a_publisher_signs_with_a_new_key_that_installs_once_trusted() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
         stderr.contains(&format!(
-            "signed by key {key_id}, which this host does not trust"
+            "signed by key {key_id}, which this host does not trust; to trust it, put the \
+             publisher's public key file (the `.pub` that `host-sim publisher keygen` wrote beside \
+             the key) into {}",
+            state.join("trusted-publishers").display()
         )),
         "{stderr}"
     );
@@ -514,4 +517,62 @@ fn serve_off_loopback_needs_a_public_url() {
         stderr.contains("--public-url") && stderr.contains("Host header"),
         "{stderr}"
     );
+
+/// Each manifest mistake of docs/manifest.md's examples, as `host-sim dev`
+/// refuses it: the file, line and column, the table, and for a JSON Schema
+/// the property and the allowed values: the very text the `manifest!`
+/// macro shows at build time (both render `ManifestError`).
+#[test]
+fn dev_locates_a_manifest_mistake_as_the_build_does() {
+    const TWO_ACTIONS: &str = include_str!("../release/testdata/two-actions.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("manifest.toml");
+    for (from, to, located) in [
+        (
+            "mcp_tool = \"plugin__hello_ext__count\"",
+            "mcp_tol = \"plugin__hello_ext__count\"",
+            ":29:1: [[actions]] #2 (hello_ext.count): unknown field `mcp_tol`, expected one of",
+        ),
+        (
+            "n = { type = \"integer\" }",
+            "n = { type = \"integr\" }",
+            ":35:25: [[actions]] #2 (hello_ext.count): field `actions[1].input_schema`, at \
+             `/properties/n/type`: \"integr\" is not allowed here; allowed: array, boolean, \
+             integer, null, number, object, string",
+        ),
+        (
+            "collections = [\"greetings\"]",
+            "collections = \"greetings\"",
+            ":12:15: [capabilities.documents]: invalid type: string \"greetings\", expected a \
+             sequence",
+        ),
+    ] {
+        let bad = TWO_ACTIONS.replace(from, to);
+        assert_ne!(bad, TWO_ACTIONS, "{from}");
+        std::fs::write(&manifest, &bad).unwrap();
+        let out = host_sim(
+            &dir.path().join("state"),
+            &[
+                "dev",
+                "--manifest",
+                manifest.to_str().unwrap(),
+                "--component",
+                "absent.wasm",
+            ],
+            None,
+        );
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let rendered = extension_release::Manifest::from_toml(&bad)
+            .unwrap_err()
+            .render(&manifest);
+        assert!(
+            rendered.starts_with(&format!("{}{located}", manifest.display())),
+            "{rendered}"
+        );
+        assert!(
+            stderr.contains(&format!("manifest refused: {rendered}\n")),
+            "{stderr}"
+        );
+    }
 }

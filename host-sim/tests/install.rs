@@ -134,13 +134,19 @@ fn a_release_signed_by_an_untrusted_key_is_refused() {
     let dir = env.release_signed_by(&stranger, MANIFEST, guest_component());
     let error = install_error(&env, &dir);
     assert!(
-        matches!(
-            error,
-            InstallError::Verify(extension_release::VerifyError::UntrustedKey { .. })
-        ),
+        matches!(&error, InstallError::UntrustedKey { key_id, .. } if *key_id == stranger.public().key_id()),
         "{error}"
     );
-    assert!(error.to_string().contains("does not trust"), "{error}");
+    // The refusal says where a trusted key goes.
+    let trust_dir = env.host.trust_dir().display().to_string();
+    assert!(
+        error.to_string().contains(&format!(
+            "which this host does not trust; to trust it, put the publisher's public key file \
+             (the `.pub` that `host-sim publisher keygen` wrote beside the key) into {trust_dir} \
+             (the trusted-publishers directory; `--trust-dir` or HOST_SIM_TRUST_DIR names another)"
+        )),
+        "{error}"
+    );
     assert!(env.host.verify_release(&dir, &mut |_| {}).is_err());
     assert_nothing_installed(&env);
 }

@@ -138,3 +138,25 @@ pub fn target_root() -> PathBuf {
 pub fn step(message: impl std::fmt::Display) {
     println!("==> {message}");
 }
+
+#[cfg(test)]
+mod tests {
+    /// `cargo xtask` must show cargo's own waits: `--quiet` (or `-q`) on
+    /// the alias hides "Blocking waiting for file lock" too.
+    #[test]
+    fn the_alias_lets_cargo_say_it_waits_for_a_lock() {
+        let config =
+            std::fs::read_to_string(super::workspace_root().join(".cargo/config.toml")).unwrap();
+        let alias = config
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("xtask = "))
+            .expect("the xtask alias is in .cargo/config.toml");
+        assert!(alias.contains("--package xtask"), "{alias}");
+        for quiet in ["--quiet", "-q"] {
+            assert!(
+                !alias.split(['"', ' ']).any(|word| word == quiet),
+                "the alias has {quiet}: {alias}"
+            );
+        }
+    }
+}

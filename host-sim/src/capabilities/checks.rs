@@ -32,6 +32,8 @@ pub struct CallChecks {
     /// log has it (binding, method, path and the manifest rule that would
     /// allow it): added to the guest's error for developers.
     last_refusal: Option<String>,
+    /// A refused call was the extension's doing ([`CallChecks::note_refusal`]).
+    extension_fault: bool,
     /// The guest's log lines of this invocation, when a development host
     /// keeps them for its developer view (`None`: not kept).
     guest_log: Option<Vec<GuestLogLine>>,
@@ -77,6 +79,7 @@ impl CallChecks {
             secrets: None,
             cache: Reused::default(),
             last_refusal: None,
+            extension_fault: false,
             guest_log: None,
         }
     }
@@ -219,9 +222,19 @@ impl CallChecks {
         self.guest_log.take().unwrap_or_default()
     }
 
-    /// Notes a refused host call (see [`CallChecks::last_refusal`]).
-    pub fn note_refusal(&mut self, message: &str) {
+    /// Notes a refused host call (see [`CallChecks::last_refusal`]);
+    /// `by_extension` when the extension's code or manifest caused it
+    /// (see [`CallChecks::extension_fault`]).
+    pub fn note_refusal(&mut self, message: &str, by_extension: bool) {
         self.last_refusal = Some(message.to_owned());
+        self.extension_fault |= by_extension;
+    }
+
+    /// Whether the host refused a call of this invocation because of the
+    /// extension itself: an error it answers after that is its own fault,
+    /// not the caller's.
+    pub fn extension_fault(&self) -> bool {
+        self.extension_fault
     }
 
     /// The host's words for the last host call it refused in this

@@ -362,6 +362,17 @@ impl Host {
                     }
                     message.truncate(cut);
                 }
+                // A refusal the extension caused, passed on as `forbidden`
+                // (or `internal`): the caller did nothing forbidden.
+                if checks.extension_fault() && matches!(code.as_str(), "forbidden" | "internal") {
+                    tracing::warn!(
+                        request_id = %checks.scope().request_id,
+                        extension = %request.extension,
+                        action = %request.action,
+                        "the extension failed on a host call the host refused (extension_fault)"
+                    );
+                    return Err(InvokeError::ExtensionFault(message));
+                }
                 Err(InvokeError::Action { code, message })
             }
             Err(trap) => {

@@ -22,8 +22,8 @@ use serde_json::{Map, Value};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::{
-    GENERATION_HEADER, REQUEST_ID_HEADER, Shared, bearer, caller_access, error_response,
-    host_query, invoke, invoke_error_response, json_response, new_request_id,
+    GENERATION_HEADER, REQUEST_ID_HEADER, Shared, bearer, caller_access, develop, error_response,
+    host_query, invoke_error_response, json_response, new_request_id,
 };
 use crate::error::InvokeError;
 use crate::host::InvokeRequest;
@@ -145,8 +145,9 @@ async fn handle(
         }
     };
 
-    let invocation = invoke(
+    let invocation = develop::invoke_listed(
         &shared.host,
+        &shared.develop,
         caller,
         InvokeRequest {
             extension,
@@ -155,6 +156,7 @@ async fn handle(
             input,
             generation,
         },
+        develop::Via::Api,
     )
     .await;
     match invocation.result {

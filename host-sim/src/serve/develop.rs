@@ -1,7 +1,8 @@
 //! The console's developer view, in a development host (`host-sim dev`)
 //! only: an extension's actions, each with a form built from its input
-//! schema; the recent invocations from those forms with their output or
-//! error and the guest's log lines; and the project's documents.
+//! schema; the recent invocations (from those forms, the HTTP API and MCP,
+//! see [`invoke_listed`]) with their output or error and the guest's log
+//! lines; and the project's documents.
 //!
 //! The forms post to the console (same origin, the session's token), which
 //! converts the fields by the schema's types as the API converts a query
@@ -9,7 +10,7 @@
 //! top. Nothing here exists in an operator's host.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -22,7 +23,7 @@ use super::console::{develop_url, escape, header_bar, page, problem_page, same_o
 use super::{Shared, api, host_query};
 use crate::capabilities::checks::GuestLogLine;
 use crate::error::InvokeError;
-use crate::host::{Caller, InvokeRequest};
+use crate::host::{Caller, Host, Invocation, InvokeRequest};
 use crate::spec::ActionInfo;
 
 /// Invocations kept per project and extension.
@@ -30,9 +31,28 @@ const KEPT: usize = 20;
 /// Longest document body shown.
 const MAX_BODY: usize = 2000;
 
-/// One invocation run from the developer view.
+/// The surface an invocation came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    Api,
+    Mcp,
+    DeveloperView,
+}
+
+impl Via {
+    fn label(self) -> &'static str {
+        match self {
+            Via::Api => "HTTP API",
+            Via::Mcp => "MCP",
+            Via::DeveloperView => "developer view",
+        }
+    }
+}
+
+/// One invocation the developer view lists.
 struct Recent {
     at: String,
+    via: Via,
     action: String,
     input: Value,
     request_id: String,
@@ -43,6 +63,51 @@ struct Recent {
 /// The recent invocations, by (project, extension), newest first.
 #[derive(Default)]
 pub(crate) struct DeveloperLog(Mutex<BTreeMap<(String, String), VecDeque<Recent>>>);
+
+/// Runs an invocation (see [`super::invoke`]) and, in a development host,
+/// lists it in the developer view with the surface it came through, so a
+/// call over HTTP or MCP shows there as a form's call does.
+pub(crate) async fn invoke_listed(
+    host: &Arc<Host>,
+    log: &DeveloperLog,
+    caller: Caller,
+    request: InvokeRequest,
+    via: Via,
+) -> Invocation {
+    let listed = host.is_development().then(|| {
+        (
+            (request.project.clone(), request.extension.clone()),
+            request.action.clone(),
+            request.input.clone(),
+        )
+    });
+    let invocation = super::invoke(host, caller, request).await;
+    if let Some((key, action, input)) = listed {
+        log.push(
+            key,
+            Recent {
+                at: now(),
+                via,
+                action,
+                input,
+                request_id: invocation.request_id.clone(),
+                outcome: invocation
+                    .result
+                    .as_ref()
+                    .map(Clone::clone)
+                    .map_err(|e| (e.code().to_owned(), e.to_string())),
+                log: invocation.log.clone(),
+            },
+        );
+    }
+    invocation
+}
+
+fn now() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
 
 impl DeveloperLog {
     fn push(&self, key: (String, String), recent: Recent) {
@@ -56,7 +121,8 @@ impl DeveloperLog {
         let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match all.get(key) {
             Some(list) if !list.is_empty() => list.iter().map(render_recent).collect(),
-            _ => "<p>No invocation yet: run an action above.</p>\n".to_owned(),
+            _ => "<p>No invocation yet: run an action above, or call it over HTTP or MCP.</p>\n"
+                .to_owned(),
         }
     }
 }
@@ -307,12 +373,13 @@ fn render_recent(recent: &Recent) -> String {
     };
     format!(
         "<article class=\"invocation {class}\">\n<h3>{action} <span class=\"status\">{status}</span></h3>\n\
-         <p class=\"meta\">{at}, request {request}</p>\n\
+         <p class=\"meta\">{at}, from the {via}, request {request}</p>\n\
          <h4>Input</h4><pre tabindex=\"0\">{input}</pre>\n<h4>{result_label}</h4><pre tabindex=\"0\">{result}</pre>\n\
          <h4>Log</h4>{log}\n</article>\n",
         action = escape(&recent.action),
         status = escape(&status),
         at = escape(&recent.at),
+        via = recent.via.label(),
         request = escape(&recent.request_id),
         input = escape(&pretty(&recent.input)),
         result = escape(&result),
@@ -382,46 +449,36 @@ async fn run(
         )
             .into_response();
     };
-    let at = time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
-    let recent = match form_input(&fields, &action.input_schema) {
-        Err(message) => Recent {
-            at,
-            action: name,
-            input: Value::Object(Map::new()),
-            request_id: "(not run)".to_owned(),
-            outcome: Err(("invalid_input".to_owned(), message)),
-            log: Vec::new(),
-        },
+    match form_input(&fields, &action.input_schema) {
+        Err(message) => shared.develop.push(
+            (project.clone(), extension.clone()),
+            Recent {
+                at: now(),
+                via: Via::DeveloperView,
+                action: name,
+                input: Value::Object(Map::new()),
+                request_id: "(not run)".to_owned(),
+                outcome: Err(("invalid_input".to_owned(), message)),
+                log: Vec::new(),
+            },
+        ),
         Ok(input) => {
-            let invocation = super::invoke(
+            invoke_listed(
                 &shared.host,
+                &shared.develop,
                 caller,
                 InvokeRequest {
                     extension: extension.clone(),
                     project: project.clone(),
-                    action: name.clone(),
-                    input: input.clone(),
+                    action: name,
+                    input,
                     generation: None,
                 },
+                Via::DeveloperView,
             )
             .await;
-            Recent {
-                at,
-                action: name,
-                input,
-                request_id: invocation.request_id,
-                outcome: invocation
-                    .result
-                    .map_err(|e| (e.code().to_owned(), e.to_string())),
-                log: invocation.log,
-            }
         }
-    };
-    shared
-        .develop
-        .push((project.clone(), extension.clone()), recent);
+    }
     Redirect::to(&format!(
         "{}#recent-heading",
         develop_url(&project, &extension)

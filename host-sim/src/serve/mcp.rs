@@ -39,7 +39,8 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
 use super::{
-    Shared, bearer, caller_access, host_query, invoke, invoke_error_response, new_request_id, oauth,
+    Shared, bearer, caller_access, develop, host_query, invoke_error_response, new_request_id,
+    oauth,
 };
 use crate::error::InvokeError;
 use crate::host::{Caller, Host, HostError, InvokeRequest};
@@ -52,6 +53,7 @@ pub const PROJECT_ARGUMENT: &str = "project_id";
 
 pub(super) fn routes(shared: Shared) -> Router {
     let host = shared.host.clone();
+    let developer_log = shared.develop.clone();
     // Stateless with JSON answers: each POST is authenticated and handled
     // on its own, and nothing outlives it. The `Host` header check guards
     // unauthenticated loopback servers against DNS rebinding; here every
@@ -63,7 +65,12 @@ pub(super) fn routes(shared: Shared) -> Router {
         .with_sse_keep_alive(None)
         .disable_allowed_hosts();
     let service = StreamableHttpService::new(
-        move || Ok(McpServer { host: host.clone() }),
+        move || {
+            Ok(McpServer {
+                host: host.clone(),
+                develop: developer_log.clone(),
+            })
+        },
         Arc::new(NeverSessionManager::default()),
         config,
     );
@@ -267,6 +274,8 @@ fn caller_tools(host: &Host, access: &TokenAccess) -> Result<Vec<CallerTool>, Ho
 #[derive(Clone)]
 struct McpServer {
     host: Arc<Host>,
+    /// The developer view's recent invocations (listed in a development host).
+    develop: Arc<develop::DeveloperLog>,
 }
 
 impl McpServer {
@@ -339,8 +348,9 @@ impl ServerHandler for McpServer {
             ));
         };
         let (project, input) = tool_call_input(request.arguments)?;
-        let invocation = invoke(
+        let invocation = develop::invoke_listed(
             &self.host,
+            &self.develop,
             authenticated.caller,
             InvokeRequest {
                 extension: tool.action.extension,
@@ -349,6 +359,7 @@ impl ServerHandler for McpServer {
                 input,
                 generation: None,
             },
+            develop::Via::Mcp,
         )
         .await;
         let result = match invocation.result {

@@ -315,6 +315,8 @@ pub fn http_status(error: &InvokeError) -> StatusCode {
             }
         },
         InvokeError::Action { code, .. } => action_status(code),
+        // The extension's own mistake: the upstream of the caller failed.
+        InvokeError::ExtensionFault(_) => StatusCode::BAD_GATEWAY,
         InvokeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -412,6 +414,11 @@ mod tests {
         assert_eq!(
             http_status(&limit(Limit::Deadline)),
             StatusCode::TOO_MANY_REQUESTS
+        );
+        let fault = InvokeError::ExtensionFault("refused".into());
+        assert_eq!(
+            (http_status(&fault), fault.code()),
+            (StatusCode::BAD_GATEWAY, "extension_fault")
         );
     }
 }

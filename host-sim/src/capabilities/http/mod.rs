@@ -163,7 +163,7 @@ pub fn authorize(
         )));
     };
     if !approved {
-        return Ok(Err(refuse(
+        return Ok(Err(refuse_configured(
             checks,
             BindingError::CapabilityDenied(format!(
                 "{what}: capability {capability} is not approved"
@@ -241,11 +241,33 @@ pub fn authorize(
 }
 
 /// Logs a refusal and notes it for the developer's error (see
-/// [`CallChecks::last_refusal`]); the guest gets `error` as it is.
+/// [`CallChecks::last_refusal`]); the guest gets `error` as it is. A call
+/// outside the manifest's capabilities or malformed is the extension's
+/// fault; an unapproved capability, a missing binding or a used-up budget
+/// are the operator's configuration and the limits.
 fn refuse(checks: &mut CallChecks, error: BindingError) -> BindingError {
+    let by_extension = matches!(
+        error,
+        BindingError::CapabilityDenied(_) | BindingError::InvalidRequest(_)
+    );
+    noted(checks, error, by_extension)
+}
+
+/// [`refuse`] for a refusal the operator's configuration caused (a
+/// declared capability not approved), whatever its kind.
+fn refuse_configured(checks: &mut CallChecks, error: BindingError) -> BindingError {
+    noted(checks, error, false)
+}
+
+fn noted(checks: &mut CallChecks, error: BindingError, by_extension: bool) -> BindingError {
     let message = binding_error_message(&error);
-    tracing::warn!(request_id = %checks.scope().request_id, refusal = %message, "binding call refused");
-    checks.note_refusal(message);
+    tracing::warn!(
+        request_id = %checks.scope().request_id,
+        refusal = %message,
+        extension_fault = by_extension,
+        "binding call refused"
+    );
+    checks.note_refusal(message, by_extension);
     error
 }
 
