@@ -517,6 +517,7 @@ fn serve_off_loopback_needs_a_public_url() {
         stderr.contains("--public-url") && stderr.contains("Host header"),
         "{stderr}"
     );
+}
 
 /// Each manifest mistake of docs/manifest.md's examples, as `host-sim dev`
 /// refuses it: the file, line and column, the table, and for a JSON Schema
