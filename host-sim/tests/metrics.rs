@@ -11,7 +11,7 @@ mod common;
 
 use common::serve::ServeProcess;
 use common::*;
-use prometheus_fixture::promtool_problems;
+use prometheus_fixture::{documented_families, promtool_problems};
 
 const PROJECT: &str = "shop-4711";
 const OTHER: &str = "other-project-0815";
@@ -115,29 +115,6 @@ fn invocations_and_refusals_are_counted_without_naming_a_project_or_token() {
     }
 }
 
-/// The metric families the README documents (its table's first column).
-fn documented_families() -> Vec<String> {
-    let readme = include_str!("../README.md");
-    let table = readme
-        .split_once("| Metric | Type | Labels |")
-        .expect("the README's metrics table")
-        .1;
-    table
-        .lines()
-        .skip(2)
-        .take_while(|line| line.starts_with('|'))
-        .flat_map(|line| {
-            let first = line.split('|').nth(1).unwrap_or_default();
-            first
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// A host that has served nothing yet exports every documented family
 /// (read from the README, so the two cannot drift apart) with its closed
 /// label sets at 0; only the binding families, labelled with names the
@@ -148,7 +125,7 @@ fn every_documented_family_is_exported_from_the_start() {
         "host_sim_binding_calls_total",
         "host_sim_binding_call_duration_seconds",
     ];
-    let families = documented_families();
+    let families = documented_families(include_str!("../README.md"));
     assert!(families.len() >= 10, "{families:?}");
     let env = TestEnv::new();
     env.install();

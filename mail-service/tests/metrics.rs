@@ -18,7 +18,7 @@ use common::{Backend, TestApp, TestDb, call_router, email, pg_url};
 use mail_service::clock::rfc3339;
 use mail_service::service::Settings;
 use mail_service::store::{StorageConfig, Store};
-use prometheus_fixture::promtool_problems;
+use prometheus_fixture::{documented_families, promtool_problems};
 use serde_json::json;
 
 /// The `{…}` label sets of every sample line.
@@ -103,36 +103,13 @@ async fn the_exposition_passes_promtool_and_no_label_names_a_customer() {
     }
 }
 
-/// The metric families the README documents (its table's first column).
-fn documented_families() -> Vec<String> {
-    let readme = include_str!("../README.md");
-    let table = readme
-        .split_once("| Metric | Type | Labels |")
-        .expect("the README's metrics table")
-        .1;
-    table
-        .lines()
-        .skip(2)
-        .take_while(|line| line.starts_with('|'))
-        .flat_map(|line| {
-            let first = line.split('|').nth(1).unwrap_or_default();
-            first
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// A node that has done nothing yet exports every documented family (the
 /// list is read from the README, so the two cannot drift apart), each
 /// closed set of label values at 0: `rate()` and absence alerts read a
 /// quiet service right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_family_is_exported_from_the_start() {
-    let families = documented_families();
+    let families = documented_families(include_str!("../README.md"));
     assert!(families.len() >= 13, "{families:?}");
     let db = TestDb::new(Backend::Sqlite);
     let server = common::ServerProcess::start(

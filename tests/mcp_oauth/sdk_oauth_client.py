@@ -105,19 +105,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-async def connect_on_another_port(client: OAuthClientInformationFull) -> None:
-    """A later start of the same native client: registered with port 9, it
-    now listens on a free port and sends that redirect URI (RFC 8252 §7.3).
-    It must authorize, list tools and call stats on one connection."""
-    storage = Memory()
-    storage.client = client
-    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
-    person = Person(redirect_uri)
-    oauth = OAuthClientProvider(
+def provider(storage: Memory, person: Person) -> OAuthClientProvider:
+    """The SDK's OAuth client, redirecting to the person's redirect URI."""
+    return OAuthClientProvider(
         server_url=f"{BASE}/mcp",
         client_metadata=OAuthClientMetadata(
             client_name="MCP Python SDK test",
-            redirect_uris=[redirect_uri],
+            redirect_uris=[person.redirect_uri],
             grant_types=["authorization_code", "refresh_token"],
             response_types=["code"],
             token_endpoint_auth_method="client_secret_post",
@@ -127,6 +121,17 @@ async def connect_on_another_port(client: OAuthClientInformationFull) -> None:
         redirect_handler=person.redirect,
         callback_handler=person.callback,
     )
+
+
+async def connect_on_another_port(client: OAuthClientInformationFull) -> None:
+    """A later start of the same native client: registered with port 9, it
+    now listens on a free port and sends that redirect URI (RFC 8252 §7.3).
+    It must authorize, list tools and call stats on one connection."""
+    storage = Memory()
+    storage.client = client
+    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
+    person = Person(redirect_uri)
+    oauth = provider(storage, person)
     async with create_mcp_http_client(auth=oauth) as http:
         async with Client(streamable_http_client(f"{BASE}/mcp", http_client=http)) as mcp:
             tools = [tool.name for tool in (await mcp.list_tools()).tools]
@@ -153,20 +158,7 @@ async def main() -> None:
             for name in ("code", "code_verifier", "refresh_token", "client_secret"):
                 secrets.extend(form.get(name, []))
 
-    oauth = OAuthClientProvider(
-        server_url=f"{BASE}/mcp",
-        client_metadata=OAuthClientMetadata(
-            client_name="MCP Python SDK test",
-            redirect_uris=[REDIRECT_URI],
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="client_secret_post",
-            scope="read write",
-        ),
-        storage=storage,
-        redirect_handler=person.redirect,
-        callback_handler=person.callback,
-    )
+    oauth = provider(storage, person)
     http = create_mcp_http_client(auth=oauth)
     http.event_hooks["request"].append(remember)
     async with http:

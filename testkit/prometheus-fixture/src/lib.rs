@@ -247,3 +247,28 @@ mod tests {
         assert!(flagged.contains("_total"), "{flagged}");
     }
 }
+
+/// The metric families a README documents: the names in backquotes in the
+/// first column of its `| Metric | Type | Labels |` table, so that a test
+/// of what a service exports from its start reads the very list operators
+/// read.
+pub fn documented_families(readme: &str) -> Vec<String> {
+    let table = readme
+        .split_once("| Metric | Type | Labels |")
+        .expect("the README's metrics table")
+        .1;
+    table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .flat_map(|line| {
+            let first = line.split('|').nth(1).unwrap_or_default();
+            first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
