@@ -21,8 +21,9 @@ use axum::routing::any;
 use serde_json::{Map, Value};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use super::recent;
 use super::{
-    GENERATION_HEADER, REQUEST_ID_HEADER, Shared, bearer, caller_access, develop, error_response,
+    GENERATION_HEADER, REQUEST_ID_HEADER, Shared, bearer, caller_access, error_response,
     host_query, invoke_error_response, json_response, new_request_id,
 };
 use crate::error::InvokeError;
@@ -145,7 +146,7 @@ async fn handle(
         }
     };
 
-    let invocation = develop::invoke_listed(
+    let invocation = recent::invoke_listed(
         &shared.host,
         &shared.develop,
         caller,
@@ -156,7 +157,7 @@ async fn handle(
             input,
             generation,
         },
-        develop::Via::Api,
+        recent::Via::Api,
     )
     .await;
     match invocation.result {

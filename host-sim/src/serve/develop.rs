@@ -9,9 +9,6 @@
 //! string, runs the action and shows the page again with the invocation on
 //! top. Nothing here exists in an operator's host.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
-
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -20,103 +17,16 @@ use axum::routing::get;
 use serde_json::{Map, Value};
 
 use super::console::{develop_url, escape, header_bar, page, problem_page, same_origin, signed_in};
+use super::recent::{DeveloperLog, Recent, Via, invoke_listed, now};
 use super::{Shared, api, host_query};
-use crate::capabilities::checks::GuestLogLine;
 use crate::error::InvokeError;
-use crate::host::{Caller, Host, Invocation, InvokeRequest};
+use crate::host::{Caller, InvokeRequest};
 use crate::spec::ActionInfo;
 
-/// Invocations kept per project and extension.
-const KEPT: usize = 20;
 /// Longest document body shown.
 const MAX_BODY: usize = 2000;
 
-/// The surface an invocation came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Via {
-    Api,
-    Mcp,
-    DeveloperView,
-}
-
-impl Via {
-    fn label(self) -> &'static str {
-        match self {
-            Via::Api => "HTTP API",
-            Via::Mcp => "MCP",
-            Via::DeveloperView => "developer view",
-        }
-    }
-}
-
-/// One invocation the developer view lists.
-struct Recent {
-    at: String,
-    via: Via,
-    action: String,
-    input: Value,
-    request_id: String,
-    outcome: Result<Value, (String, String)>,
-    log: Vec<GuestLogLine>,
-}
-
-/// The recent invocations, by (project, extension), newest first.
-#[derive(Default)]
-pub(crate) struct DeveloperLog(Mutex<BTreeMap<(String, String), VecDeque<Recent>>>);
-
-/// Runs an invocation (see [`super::invoke`]) and, in a development host,
-/// lists it in the developer view with the surface it came through, so a
-/// call over HTTP or MCP shows there as a form's call does.
-pub(crate) async fn invoke_listed(
-    host: &Arc<Host>,
-    log: &DeveloperLog,
-    caller: Caller,
-    request: InvokeRequest,
-    via: Via,
-) -> Invocation {
-    let listed = host.is_development().then(|| {
-        (
-            (request.project.clone(), request.extension.clone()),
-            request.action.clone(),
-            request.input.clone(),
-        )
-    });
-    let invocation = super::invoke(host, caller, request).await;
-    if let Some((key, action, input)) = listed {
-        log.push(
-            key,
-            Recent {
-                at: now(),
-                via,
-                action,
-                input,
-                request_id: invocation.request_id.clone(),
-                outcome: invocation
-                    .result
-                    .as_ref()
-                    .map(Clone::clone)
-                    .map_err(|e| (e.code().to_owned(), e.to_string())),
-                log: invocation.log.clone(),
-            },
-        );
-    }
-    invocation
-}
-
-fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
 impl DeveloperLog {
-    fn push(&self, key: (String, String), recent: Recent) {
-        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let list = all.entry(key).or_default();
-        list.push_front(recent);
-        list.truncate(KEPT);
-    }
-
     fn render(&self, key: &(String, String)) -> String {
         let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match all.get(key) {

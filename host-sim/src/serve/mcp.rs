@@ -38,9 +38,9 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
+use super::recent;
 use super::{
-    Shared, bearer, caller_access, develop, host_query, invoke_error_response, new_request_id,
-    oauth,
+    Shared, bearer, caller_access, host_query, invoke_error_response, new_request_id, oauth,
 };
 use crate::error::InvokeError;
 use crate::host::{Caller, Host, HostError, InvokeRequest};
@@ -275,7 +275,7 @@ fn caller_tools(host: &Host, access: &TokenAccess) -> Result<Vec<CallerTool>, Ho
 struct McpServer {
     host: Arc<Host>,
     /// The developer view's recent invocations (listed in a development host).
-    develop: Arc<develop::DeveloperLog>,
+    develop: Arc<recent::DeveloperLog>,
 }
 
 impl McpServer {
@@ -348,7 +348,7 @@ impl ServerHandler for McpServer {
             ));
         };
         let (project, input) = tool_call_input(request.arguments)?;
-        let invocation = develop::invoke_listed(
+        let invocation = recent::invoke_listed(
             &self.host,
             &self.develop,
             authenticated.caller,
@@ -359,7 +359,7 @@ impl ServerHandler for McpServer {
                 input,
                 generation: None,
             },
-            develop::Via::Mcp,
+            recent::Via::Mcp,
         )
         .await;
         let result = match invocation.result {

@@ -24,6 +24,7 @@ mod ingress;
 mod mcp;
 pub mod metrics;
 mod oauth;
+mod recent;
 mod unread_body;
 
 pub use oauth::{MetadataFetch, OAuthOptions};
@@ -85,7 +86,7 @@ pub(crate) struct Shared {
     pub options: Arc<ServeOptions>,
     pub console: Arc<ConsoleSessions>,
     /// The developer view's recent invocations (`host-sim dev` only).
-    pub develop: Arc<develop::DeveloperLog>,
+    pub develop: Arc<recent::DeveloperLog>,
     pub oauth: Arc<oauth::OAuthShared>,
     /// The tracking ingress's forwarding client.
     pub ingress: Option<Arc<reqwest::Client>>,
