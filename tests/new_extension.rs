@@ -631,6 +631,9 @@ fn the_first_extension_tutorial_works_as_written() {
     );
     manifest_mistakes_are_located_alike(&project, &dev, &build_command);
     a_handler_without_an_action_names_the_entry(&project, &build_command);
+    // Both put the sources back as they were, newer than the component:
+    // build it again, as a developer would after trying them.
+    build();
     drop(dev);
     // The tutorial's next step: the project's test expects the old message
     // until its two expected messages are updated as the tutorial says.
